@@ -1,0 +1,78 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Warnings are defects: every target of ours is built with them as errors.
+let strictSwift: [SwiftSetting] = [.unsafeFlags(["-warnings-as-errors"])]
+
+let package = Package(
+    name: "cf-access-tcp",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "CFAccessTCP", targets: ["CFAccessTCP"]),
+        .executable(name: "cf-access-tcp", targets: ["CFAccessTCPTool"]),
+        .executable(name: "cf-access-edge", targets: ["AccessEdge"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+    ],
+    targets: [
+        // MARK: C libraries from Debian packages
+        .systemLibrary(name: "CCFWebSockets", pkgConfig: "libwebsockets",
+                       providers: [.apt(["libwebsockets-dev"])]),
+        .systemLibrary(name: "CCFCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CCFOpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCFSodium", pkgConfig: "libsodium",
+                       providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CCFSSH2", pkgConfig: "libssh2",
+                       providers: [.apt(["libssh2-1-dev"])]),
+        // The one thin shim: static inline forwarders for what Swift cannot import.
+        .target(name: "CCFShim",
+                dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2"],
+                cSettings: [.unsafeFlags(["-Wall", "-Werror"])]),
+
+        // MARK: Swift
+        // Pure core: models, parsing, request building, decisions. No C, no I/O.
+        .target(name: "AccessCore", swiftSettings: strictSwift),
+        // The only module that imports C: carrier, listener, stdio bridge, crypto helpers.
+        .target(name: "AccessTransport",
+                dependencies: [
+                    "AccessCore", "CCFShim",
+                    "CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2",
+                    .product(name: "Logging", package: "swift-log"),
+                ],
+                swiftSettings: strictSwift),
+        // The library other tools import.
+        .target(name: "CFAccessTCP",
+                dependencies: ["AccessCore", "AccessTransport",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: strictSwift),
+        .executableTarget(name: "CFAccessTCPTool",
+                          dependencies: ["CFAccessTCP", "AccessCore",
+                                         .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                                         .product(name: "Logging", package: "swift-log")],
+                          swiftSettings: strictSwift),
+        // The local Access edge emulator: SwiftNIO WebSockets (deliberately not libwebsockets).
+        .executableTarget(name: "AccessEdge",
+                          dependencies: [
+                              .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                              .product(name: "NIOCore", package: "swift-nio"),
+                              .product(name: "NIOPosix", package: "swift-nio"),
+                              .product(name: "NIOHTTP1", package: "swift-nio"),
+                              .product(name: "NIOWebSocket", package: "swift-nio"),
+                              .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                          ],
+                          swiftSettings: strictSwift),
+
+        // MARK: Tests
+        .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore"], swiftSettings: strictSwift),
+        .testTarget(name: "IntegrationTests",
+                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport",
+                                   .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
+    ]
+)

@@ -1,0 +1,29 @@
+// CCFShim: the one thin C shim of cf-access-tcp.
+//
+// Every symbol is prefixed CCFShim_ and only forwards something Swift cannot import
+// directly: function-like or expression macros and variadic C functions. No logic lives here.
+#ifndef CCFSHIM_H
+#define CCFSHIM_H
+
+#include <libwebsockets.h>
+#include <curl/curl.h>
+#include <libssh2.h>
+#include <sys/socket.h>
+
+// LWS_PRE is an expression macro (padding libwebsockets needs before a payload).
+static inline size_t CCFShim_LWS_PRE(void) { return LWS_PRE; }
+
+// curl_easy_setopt / curl_easy_getinfo are variadic: one typed forwarder per argument kind.
+static inline CURLcode CCFShim_curl_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode CCFShim_curl_setopt_ptr(CURL *h, CURLoption o, const void *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode CCFShim_curl_setopt_str(CURL *h, CURLoption o, const char *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode CCFShim_curl_setopt_write(CURL *h, CURLoption o,
+    size_t (*cb)(char *, size_t, size_t, void *)) { return curl_easy_setopt(h, o, cb); }
+static inline CURLcode CCFShim_curl_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
+static inline CURLcode CCFShim_curl_getinfo_str(CURL *h, CURLINFO i, char **v) { return curl_easy_getinfo(h, i, v); }
+
+// libssh2's convenience names are function-like macros over the *_ex functions.
+static inline LIBSSH2_SESSION *CCFShim_libssh2_session_init(void) { return libssh2_session_init(); }
+static inline LIBSSH2_CHANNEL *CCFShim_libssh2_channel_open_session(LIBSSH2_SESSION *s) { return libssh2_channel_open_session(s); }
+
+#endif

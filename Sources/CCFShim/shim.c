@@ -1,0 +1,2 @@
+// Intentionally empty: CCFShim is header-only (static inline forwarders).
+#include "CCFShim.h"
