@@ -1,0 +1,182 @@
+/// Removing secrets from text before it reaches a message or a log.
+///
+/// Messages in this module are built from our own words plus inputs that were checked; the
+/// functions here are for inputs we do not control (a TLS library's reason, a `Location`
+/// header, a server's error text).
+public enum Redaction {
+    /// What a removed secret is replaced with.
+    public static let placeholder = "[redacted]"
+
+    /// A URL reduced to what identifies a place: scheme, host and path. User information,
+    /// query and fragment (where tokens travel: `?token=…`, `kid`, `redirect_url`) are
+    /// removed. The result is on one line.
+    ///
+    /// `https://u:p@team.cloudflareaccess.com/cdn-cgi/access/login/app?kid=1&token=x` →
+    /// `https://team.cloudflareaccess.com/cdn-cgi/access/login/app`.
+    public static func url(_ raw: String) -> String {
+        var scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
+        var prefix: [Unicode.Scalar] = []
+        if let schemeEnd = scalars.firstIndex(ofSequence: "://"),
+           !scalars[..<schemeEnd].contains(where: { $0 == "/" || $0 == "?" || $0 == "#" }) {
+            prefix = Array(scalars[..<(schemeEnd + 3)])
+            scalars = Array(scalars[(schemeEnd + 3)...])
+            let authorityEnd = scalars.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? scalars.count
+            var authority = Array(scalars[..<authorityEnd])
+            if let at = authority.lastIndex(of: "@") {
+                authority = Array(authority[(at + 1)...])
+            }
+            prefix += authority
+            scalars = Array(scalars[authorityEnd...])
+        }
+        let pathEnd = scalars.firstIndex { $0 == "?" || $0 == "#" } ?? scalars.count
+        return Display.oneLine(String(scalars: prefix + scalars[..<pathEnd]))
+    }
+
+    /// Free text on one line with anything that looks like a credential replaced by
+    /// `[redacted]`:
+    /// - the query, fragment and user information of URLs;
+    /// - JWTs (`eyJ….….…`) and long opaque tokens (32+ letters and digits, mixed);
+    /// - the value of `key=value` pairs whose key names a token, secret, password, session,
+    ///   cookie, signature or authorization;
+    /// - the word after a secret header name (`Cf-Access-Client-Secret: x`), `Bearer` or
+    ///   `Basic`.
+    public static func scrub(_ text: String) -> String {
+        let words = Display.oneLine(text).split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        var output: [String] = []
+        // After a secret header name, every word up to the next "Name:" is its value.
+        var inSecretHeaderValue = false
+        var redactNextWord = false
+        for word in words {
+            let isHeaderName = word.count > 1 && word.hasSuffix(":")
+                && word.dropLast().unicodeScalars.allSatisfy(\.isHTTPTokenCharacter)
+            if inSecretHeaderValue && !isHeaderName {
+                if output.last != placeholder { output.append(placeholder) }
+                continue
+            }
+            inSecretHeaderValue = false
+            if redactNextWord {
+                redactNextWord = false
+                output.append(placeholder)
+                continue
+            }
+            if isHeaderName && HeaderField.isSecretName(String(word.dropLast())) {
+                output.append(word)
+                inSecretHeaderValue = true
+                continue
+            }
+            let lowered = word.asciiLowercased
+            if lowered == "bearer" || lowered == "basic" {
+                output.append(word)
+                redactNextWord = true
+                continue
+            }
+            output.append(scrubWord(word))
+        }
+        return output.joined(separator: " ")
+    }
+
+    private static func scrubWord(_ word: String) -> String {
+        var scalars = word.scalarArray
+        if let schemeEnd = scalars.firstIndex(ofSequence: "://") {
+            scalars = scrubURL(scalars, schemeEnd: schemeEnd)
+        }
+        scalars = scrubPairs(scalars)
+        scalars = scrubTokens(scalars)
+        return String(scalars: scalars)
+    }
+
+    /// Replaces userinfo, query and fragment of a URL inside a word.
+    private static func scrubURL(_ scalars: [Unicode.Scalar], schemeEnd: Int) -> [Unicode.Scalar] {
+        let start = schemeEnd + 3
+        var rest = Array(scalars[start...])
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.count
+        if let at = rest[..<authorityEnd].lastIndex(of: "@") {
+            rest = placeholder.scalarArray + Array(rest[at...])
+        }
+        if let queryStart = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) {
+            rest = Array(rest[...queryStart]) + placeholder.scalarArray
+        }
+        return Array(scalars[..<start]) + rest
+    }
+
+    private static let secretKeyWords = [
+        "token", "secret", "password", "passwd", "session", "cookie", "authorization", "jwt", "sig", "key", "auth",
+    ]
+
+    /// Replaces the value of `key=value` pairs whose key names a secret.
+    private static func scrubPairs(_ scalars: [Unicode.Scalar]) -> [Unicode.Scalar] {
+        var output: [Unicode.Scalar] = []
+        var index = 0
+        while index < scalars.count {
+            let scalar = scalars[index]
+            output.append(scalar)
+            index += 1
+            guard scalar == "=" else { continue }
+            // The key: the run of name characters before "=".
+            var keyStart = output.count - 1
+            while keyStart > 0, isKeyCharacter(output[keyStart - 1]) { keyStart -= 1 }
+            let key = String(scalars: output[keyStart..<(output.count - 1)]).asciiLowercased
+            guard !key.isEmpty, secretKeyWords.contains(where: { key.contains($0) }) else { continue }
+            var valueEnd = index
+            while valueEnd < scalars.count, !isValueTerminator(scalars[valueEnd]) { valueEnd += 1 }
+            if valueEnd > index {
+                output += placeholder.scalarArray
+                index = valueEnd
+            }
+        }
+        return output
+    }
+
+    private static func isKeyCharacter(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.isASCIILetter || scalar.isASCIIDigit || scalar == "_" || scalar == "-" || scalar == "."
+    }
+
+    private static func isValueTerminator(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar {
+        case "&", ";", ",", "\"", "'", ")", "]", "}", " ": return true
+        default: return false
+        }
+    }
+
+    /// Replaces JWT-like and long opaque runs of token characters.
+    private static func scrubTokens(_ scalars: [Unicode.Scalar]) -> [Unicode.Scalar] {
+        var output: [Unicode.Scalar] = []
+        var run: [Unicode.Scalar] = []
+        func flush() {
+            output += looksLikeToken(run) ? placeholder.scalarArray : run
+            run = []
+        }
+        for scalar in scalars {
+            if scalar.isASCIILetter || scalar.isASCIIDigit || "-_.+/=".unicodeScalars.contains(scalar) {
+                run.append(scalar)
+            } else {
+                flush()
+                output.append(scalar)
+            }
+        }
+        flush()
+        return output
+    }
+
+    private static func looksLikeToken(_ run: [Unicode.Scalar]) -> Bool {
+        if run.starts(with: "eyJ".unicodeScalars) && run.contains(".") { return true }
+        // A stretch of 32+ without "." or "/" (so host names and paths survive).
+        var current = 0
+        var hasLetter = false
+        var hasDigit = false
+        var mixed = false
+        for scalar in run {
+            if scalar == "." || scalar == "/" {
+                current = 0
+                hasLetter = false
+                hasDigit = false
+                continue
+            }
+            current += 1
+            hasLetter = hasLetter || scalar.isASCIILetter
+            hasDigit = hasDigit || scalar.isASCIIDigit
+            if current >= 32 && hasLetter && hasDigit { mixed = true }
+        }
+        return mixed
+    }
+}
