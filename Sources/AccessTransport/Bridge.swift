@@ -1,0 +1,354 @@
+internal import CCFWebSockets
+internal import CCFOpenSSL
+import AccessCore
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One local socket paired with one WebSocket to the origin. Lives on the carrier thread only.
+///
+/// Bytes from the local side queue in `toOrigin` and leave as binary frames; binary frames from the
+/// origin queue in `toLocal`. A queue above the high watermark pauses the side that fills it
+/// (`lws_rx_flow_control`), so memory stays bounded whatever either peer does. When one side ends,
+/// the other first drains what it still holds, then closes — the WebSocket with a Close frame.
+final class Bridge {
+    let id: Int
+    private unowned let loop: CarrierLoop
+    private var localFD: Int32
+    private var webSocket: OpaquePointer?
+    private var local: OpaquePointer?
+    /// The adopted local wsi, kept after `local` is cleared, to recognise its WSI_DESTROY.
+    private var localHandle: OpaquePointer?
+    private var closeLocalRequested = false
+    private var webSocketDone = false
+    private var localDone = false
+    private var established = false
+    private var reportedFailure = false
+    private var toOrigin = ByteQueue()
+    private var toLocal = ByteQueue()
+    private var localPaused = false
+    private var webSocketPaused = false
+    private var tlsReason: String?
+    private var closeWebSocketWith: lws_close_status?
+    private(set) var bytesToOrigin = 0
+    private(set) var bytesFromOrigin = 0
+
+    init(id: Int, localFD: Int32, loop: CarrierLoop) {
+        self.id = id
+        self.localFD = localFD
+        self.loop = loop
+    }
+
+    var isFinished: Bool { webSocketDone && localDone }
+
+    private var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+    private var logger: Logger { loop.logger }
+
+    // MARK: Dialing
+
+    func dial(address: String) {
+        let config = loop.configuration
+        let origin = config.request.origin
+        var flags = Int32(LCCSCF_USE_SSL.rawValue | LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue)
+        if config.connectTo?.skipVerification == true {
+            flags |= Int32(LCCSCF_ALLOW_SELFSIGNED.rawValue | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK.rawValue
+                           | LCCSCF_ALLOW_EXPIRED.rawValue | LCCSCF_ALLOW_INSECURE.rawValue)
+        }
+        let serverName = config.connectTo?.serverName ?? origin.hostHeader
+        logger.debug("connection \(id): dialing \(origin.webSocketURL) via \(address):\(config.dialPort)",
+                     metadata: ["headers": "\(config.request.redactedHeaderLines)"])
+        var wsi: OpaquePointer?
+        address.withCString { addr in
+            origin.path.withCString { path in
+                serverName.withCString { host in
+                    CarrierLoop.webSocketProtocolName.withCString { proto in
+                        var info = lws_client_connect_info()
+                        info.context = loop.lwsContext
+                        info.vhost = loop.vhost
+                        info.address = addr
+                        info.port = Int32(config.dialPort)
+                        info.ssl_connection = flags
+                        info.path = path
+                        info.host = host
+                        info.ietf_version_or_minus_one = -1
+                        info.local_protocol_name = proto
+                        info.opaque_user_data = opaque
+                        info.pwsi = withUnsafeMutablePointer(to: &wsi) { $0 }
+                        _ = lws_client_connect_via_info(&info)
+                    }
+                }
+            }
+        }
+        if wsi == nil, !webSocketDone {
+            // Failed synchronously without a CONNECTION_ERROR callback.
+            fail(TunnelFailure.internalError("libwebsockets refused to start the connection"))
+            webSocketDone = true
+        } else if !webSocketDone {
+            webSocket = wsi
+        }
+    }
+
+    // MARK: Callbacks
+
+    func handle(wsi: OpaquePointer, reason: lws_callback_reasons, user: UnsafeMutableRawPointer?,
+                input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
+        switch reason {
+        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+            return appendHeaders(wsi: wsi, input: input, len: len)
+        case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
+            if len == 0, let store = user {
+                let code = X509_STORE_CTX_get_error(OpaquePointer(store))
+                if let text = X509_verify_cert_error_string(Int(code)) {
+                    tlsReason = String(cString: text)
+                }
+            }
+            return 0
+        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? ""
+            onConnectionError(wsi: wsi, message: message)
+            return 0
+        case LWS_CALLBACK_CLIENT_ESTABLISHED:
+            webSocket = wsi
+            onEstablished()
+            return 0
+        case LWS_CALLBACK_CLIENT_RECEIVE:
+            return onOriginData(wsi: wsi, input: input, len: len)
+        case LWS_CALLBACK_CLIENT_WRITEABLE:
+            return writeToOrigin(wsi: wsi)
+        case LWS_CALLBACK_CLIENT_CLOSED:
+            onWebSocketClosed()
+            return 0
+        case LWS_CALLBACK_RAW_RX:
+            return onLocalData(input: input, len: len)
+        case LWS_CALLBACK_RAW_WRITEABLE:
+            return writeToLocal(wsi: wsi)
+        case LWS_CALLBACK_RAW_CLOSE:
+            onLocalClosed()
+            return 0
+        case LWS_CALLBACK_WSI_DESTROY:
+            if wsi == localHandle {
+                local = nil
+                localDone = true
+            } else {
+                webSocket = nil
+                webSocketDone = true
+            }
+            finishIfDone()
+            return 0
+        default:
+            return 0
+        }
+    }
+
+    private func appendHeaders(wsi: OpaquePointer, input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
+        guard let input else { return -1 }
+        let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
+        guard let start = cursor.pointee else { return -1 }
+        let end = start + len
+        for header in loop.handshakeHeaders {
+            let failed = header.name.withUnsafeBufferPointer { name in
+                header.value.withUnsafeBufferPointer { value in
+                    lws_add_http_header_by_name(wsi, name.baseAddress, value.baseAddress,
+                                                Int32(value.count - 1), cursor, end) != 0
+                }
+            }
+            if failed {
+                logger.error("connection \(id): the request headers do not fit libwebsockets' buffer")
+                return -1
+            }
+        }
+        return 0
+    }
+
+    private func onConnectionError(wsi: OpaquePointer, message: String) {
+        let status = Int(lws_http_client_http_response(wsi))
+        var location: String?
+        if status >= 300 && status < 400 {
+            var buffer = [CChar](repeating: 0, count: 4096)
+            let n = lws_hdr_copy(wsi, &buffer, Int32(buffer.count), WSI_TOKEN_HTTP_LOCATION)
+            if n > 0 { location = String(nulTerminated: buffer) }
+        }
+        let config = loop.configuration
+        let failure = DialFailureClassifier.classify(
+            host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
+            credential: config.credential, status: status, location: location, message: message,
+            tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds)
+        webSocket = nil
+        webSocketDone = true
+        fail(failure)
+        finishIfDone()
+    }
+
+    private func fail(_ failure: TunnelFailure) {
+        guard !reportedFailure else { return }
+        reportedFailure = true
+        logger.error("connection \(id): \(failure.message)", metadata: ["detail": "\(failure.detail)"])
+        if !established, local == nil, !localDone {
+            Glibc.close(localFD)
+            localFD = -1
+            localDone = true
+        }
+        loop.onEvent(.failed(id: id, failure))
+    }
+
+    private func onEstablished() {
+        established = true
+        logger.debug("connection \(id): WebSocket established")
+        var desc = lws_adopt_desc_t()
+        desc.vh = loop.vhost
+        desc.type = LWS_ADOPT_SOCKET
+        desc.fd.sockfd = localFD
+        desc.opaque = opaque
+        let adopted: OpaquePointer? = CarrierLoop.rawProtocolName.withCString { name in
+            desc.vh_prot_name = name
+            return lws_adopt_descriptor_vhost_via_info(&desc)
+        }
+        guard let adopted else {
+            logger.error("connection \(id): libwebsockets could not adopt the local socket")
+            Glibc.close(localFD)
+            localFD = -1
+            localDone = true
+            closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
+            return
+        }
+        local = adopted
+        localHandle = adopted
+        loop.onEvent(.established(id: id))
+    }
+
+    // MARK: Local → origin
+
+    private func onLocalData(input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
+        guard let input, len > 0 else { return 0 }
+        toOrigin.append(UnsafeRawBufferPointer(start: input, count: len))
+        if toOrigin.count >= loop.tuning.highWatermark, !localPaused, let local {
+            localPaused = true
+            _ = lws_rx_flow_control(local, 0)
+        }
+        if let webSocket { _ = lws_callback_on_writable(webSocket) }
+        return 0
+    }
+
+    private func writeToOrigin(wsi: OpaquePointer) -> Int32 {
+        let pre = loop.pre
+        let scratch = loop.scratch
+        while !toOrigin.isEmpty {
+            var failed = false
+            let sent = toOrigin.consume(upTo: loop.tuning.chunkSize) { chunk in
+                (scratch + pre).update(from: chunk.bindMemory(to: UInt8.self).baseAddress!, count: chunk.count)
+                if lws_write(wsi, scratch + pre, chunk.count, LWS_WRITE_BINARY) < chunk.count { failed = true }
+                return chunk.count
+            }
+            if failed {
+                logger.info("connection \(id): writing to the WebSocket failed")
+                return -1
+            }
+            bytesToOrigin += sent
+            if lws_send_pipe_choked(wsi) != 0 { break }
+        }
+        if localPaused, toOrigin.count <= loop.tuning.lowWatermark, let local {
+            localPaused = false
+            _ = lws_rx_flow_control(local, 1)
+        }
+        if !toOrigin.isEmpty {
+            _ = lws_callback_on_writable(wsi)
+            return 0
+        }
+        if let status = closeWebSocketWith ?? (localDone ? LWS_CLOSE_STATUS_NORMAL : nil) {
+            lws_close_reason(wsi, status, nil, 0)
+            return -1
+        }
+        return 0
+    }
+
+    // MARK: Origin → local
+
+    private func onOriginData(wsi: OpaquePointer, input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
+        if lws_frame_is_binary(wsi) == 0 {
+            logger.error("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
+            closeWebSocket(status: LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
+            return 0
+        }
+        guard let input, len > 0 else { return 0 }
+        if localDone { return 0 }
+        toLocal.append(UnsafeRawBufferPointer(start: input, count: len))
+        bytesFromOrigin += len
+        if toLocal.count >= loop.tuning.highWatermark, !webSocketPaused {
+            webSocketPaused = true
+            _ = lws_rx_flow_control(wsi, 0)
+        }
+        if let local { _ = lws_callback_on_writable(local) }
+        return 0
+    }
+
+    private func writeToLocal(wsi: OpaquePointer) -> Int32 {
+        let pre = loop.pre
+        let scratch = loop.scratch
+        while !toLocal.isEmpty {
+            var failed = false
+            _ = toLocal.consume(upTo: loop.tuning.chunkSize) { chunk in
+                (scratch + pre).update(from: chunk.bindMemory(to: UInt8.self).baseAddress!, count: chunk.count)
+                if lws_write(wsi, scratch + pre, chunk.count, LWS_WRITE_HTTP) < chunk.count { failed = true }
+                return chunk.count
+            }
+            if failed { return -1 }
+            if lws_send_pipe_choked(wsi) != 0 { break }
+        }
+        if webSocketPaused, toLocal.count <= loop.tuning.lowWatermark, let webSocket {
+            webSocketPaused = false
+            _ = lws_rx_flow_control(webSocket, 1)
+        }
+        if !toLocal.isEmpty {
+            _ = lws_callback_on_writable(wsi)
+            return 0
+        }
+        return webSocketDone || closeLocalRequested ? -1 : 0
+    }
+
+    // MARK: Endings
+
+    private func onLocalClosed() {
+        logger.debug("connection \(id): local side closed")
+        local = nil
+        localDone = true
+        toLocal.reset()
+        if let webSocket { _ = lws_callback_on_writable(webSocket) }
+        finishIfDone()
+    }
+
+    private func onWebSocketClosed() {
+        logger.debug("connection \(id): WebSocket closed")
+        webSocket = nil
+        webSocketDone = true
+        toOrigin.reset()
+        if let local { _ = lws_callback_on_writable(local) }
+        finishIfDone()
+    }
+
+    private func closeWebSocket(status: lws_close_status) {
+        closeWebSocketWith = status
+        if let webSocket { _ = lws_callback_on_writable(webSocket) }
+    }
+
+    /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
+    func closeBoth() {
+        closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
+        closeLocalRequested = true
+        if let local { _ = lws_callback_on_writable(local) }
+        if !established, !localDone, local == nil {
+            Glibc.close(localFD)
+            localFD = -1
+            localDone = true
+        }
+    }
+
+    private func finishIfDone() {
+        guard isFinished else { return }
+        if !reportedFailure {
+            loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin))
+        }
+        loop.forget(self)
+    }
+}

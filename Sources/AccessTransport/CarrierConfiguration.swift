@@ -1,0 +1,43 @@
+import AccessCore
+
+/// Everything the carrier needs to dial the origin: the prepared upgrade request and how to reach it.
+public struct CarrierConfiguration: Sendable {
+    /// The upgrade request (origin and headers), built by the core.
+    public var request: UpgradeRequest
+    /// Dial another address than the origin's host (Host, SNI and verification keep the hostname).
+    public var connectTo: ConnectTarget?
+    /// A PEM file of CA certificates to trust instead of the system store.
+    public var caFile: String?
+    /// Which credential the request carries, for the messages of an Access refusal.
+    public var credential: CredentialKind
+    /// Seconds allowed for TCP connect + TLS + upgrade before the dial fails.
+    public var handshakeTimeoutSeconds: Int
+
+    /// The system CA bundle on Debian-family systems.
+    public static let systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+    /// Creates a configuration.
+    public init(request: UpgradeRequest, connectTo: ConnectTarget? = nil, caFile: String? = nil,
+                credential: CredentialKind, handshakeTimeoutSeconds: Int = 15) {
+        self.request = request
+        self.connectTo = connectTo
+        self.caFile = caFile
+        self.credential = credential
+        self.handshakeTimeoutSeconds = handshakeTimeoutSeconds
+    }
+
+    /// The host or address actually dialled.
+    var dialHost: String { connectTo?.address ?? request.origin.host }
+    /// The port actually dialled.
+    var dialPort: Int { connectTo?.port ?? request.origin.effectivePort }
+}
+
+/// What happened to one bridged connection; delivered on the carrier's thread, so handlers must be quick.
+public enum BridgeEvent: Sendable {
+    /// The WebSocket upgrade succeeded and bytes flow.
+    case established(id: Int)
+    /// The WebSocket could not be opened; the local side has been closed.
+    case failed(id: Int, TunnelFailure)
+    /// Both sides are closed; totals of bytes carried each way.
+    case closed(id: Int, toOrigin: Int, fromOrigin: Int)
+}

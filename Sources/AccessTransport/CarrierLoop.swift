@@ -1,0 +1,211 @@
+internal import CCFWebSockets
+internal import CCFShim
+import AccessCore
+import Foundation
+import Logging
+
+/// The libwebsockets event loop that carries every bridged connection of one configuration.
+///
+/// One thread owns the `lws_context` and runs `lws_service`; other threads hand it work through a
+/// locked command queue and `lws_cancel_service`, drained on `LWS_CALLBACK_EVENT_WAIT_CANCELLED`.
+/// Each bridge pairs a local socket (adopted as a raw socket) with one WebSocket client connection.
+public final class CarrierLoop: @unchecked Sendable {
+    /// Tunable sizes of the data path.
+    public struct Tuning: Sendable {
+        /// Largest WebSocket frame we send and largest local write, in bytes.
+        public var chunkSize = 64 << 10
+        /// Queue size at which the producing side is paused.
+        public var highWatermark = 1 << 20
+        /// Queue size at which a paused producer resumes.
+        public var lowWatermark = 256 << 10
+        /// Creates the defaults.
+        public init() {}
+    }
+
+    private enum Command {
+        case bridge(id: Int, fd: Int32, address: String)
+        case closeAll
+        case stop
+    }
+
+    let configuration: CarrierConfiguration
+    let logger: Logger
+    let tuning: Tuning
+    let onEvent: @Sendable (BridgeEvent) -> Void
+    /// Header bytes for `lws_add_http_header_by_name`, NUL-terminated, built once.
+    let handshakeHeaders: [(name: [UInt8], value: [UInt8])]
+
+    private var context: OpaquePointer?
+    private(set) var vhost: OpaquePointer?
+    private let protocols: UnsafeMutablePointer<lws_protocols>
+    private let protocolNames: [UnsafeMutablePointer<CChar>]
+    /// Shared write buffer: LWS_PRE bytes of headroom, then one chunk.
+    let scratch: UnsafeMutablePointer<UInt8>
+    let pre: Int
+
+    private let commands = LockedBox<[Command]>([])
+    private let ids = LockedBox(0)
+    private let resolver = AddressResolver()
+    private var bridges: [Int: Bridge] = [:]
+    private var stopping = false
+    private let finished = DispatchSemaphore(value: 0)
+    private let threadStarted = LockedBox(false)
+
+    static let webSocketProtocolName = "cfat-ws"
+    static let rawProtocolName = "cfat-raw"
+
+    /// Creates the loop; call `start()` before bridging.
+    public init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning = Tuning(),
+                onEvent: @escaping @Sendable (BridgeEvent) -> Void) {
+        self.configuration = configuration
+        self.logger = logger
+        self.tuning = tuning
+        self.onEvent = onEvent
+        self.handshakeHeaders = configuration.request.headers.map { h in
+            (Array((h.name + ":").utf8) + [0], Array(h.value.utf8) + [0])
+        }
+        pre = Int(CCFShim_LWS_PRE())
+        scratch = .allocate(capacity: pre + tuning.chunkSize)
+        protocolNames = [strdup(Self.webSocketProtocolName)!, strdup(Self.rawProtocolName)!]
+        protocols = .allocate(capacity: 3)
+        protocols.initialize(repeating: lws_protocols(), count: 3)
+        for i in 0..<2 {
+            protocols[i].name = UnsafePointer(protocolNames[i])
+            protocols[i].callback = carrierCallback
+            protocols[i].rx_buffer_size = tuning.chunkSize
+        }
+    }
+
+    deinit {
+        if let context { lws_context_destroy(context) }
+        protocols.deinitialize(count: 3)
+        protocols.deallocate()
+        protocolNames.forEach { free($0) }
+        scratch.deallocate()
+    }
+
+    /// Creates the libwebsockets context and starts the service thread.
+    public func start() throws(TunnelFailure) {
+        LWSLog.install(logger: logger)
+        var info = lws_context_creation_info()
+        info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
+        info.port = CONTEXT_PORT_NO_LISTEN
+        info.user = Unmanaged.passUnretained(self).toOpaque()
+        info.pt_serv_buf_size = UInt32(tuning.chunkSize)
+        info.timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
+        info.connect_timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
+        guard let ctx = lws_create_context(&info) else {
+            throw TunnelFailure.internalError("libwebsockets could not create its context")
+        }
+        context = ctx
+
+        let caFile = configuration.caFile ?? CarrierConfiguration.systemCABundle
+        let made: OpaquePointer? = caFile.withCString { ca in
+            "cfat-client".withCString { name in
+                var v = lws_context_creation_info()
+                v.port = CONTEXT_PORT_NO_LISTEN
+                v.protocols = UnsafePointer(protocols)
+                v.vhost_name = name
+                v.options = UInt64(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
+                v.client_ssl_ca_filepath = ca
+                return lws_create_vhost(ctx, &v)
+            }
+        }
+        guard let made else {
+            throw TunnelFailure.configuration(ConfigurationError(
+                "cannot load the CA certificates from \(caFile): give a readable PEM file with --ca-file"))
+        }
+        vhost = made
+
+        let thread = Thread { [self] in self.serviceLoop() }
+        thread.name = "cf-access-tcp carrier"
+        thread.stackSize = 1 << 20
+        threadStarted.withLock { $0 = true }
+        thread.start()
+    }
+
+    private func serviceLoop() {
+        while !stopping, let context {
+            if lws_service(context, 0) < 0 { break }
+        }
+        finished.signal()
+    }
+
+    /// Bridges a connected local socket to a new WebSocket. Resolves the edge address first (on the
+    /// calling thread, cached), so a DNS failure is reported precisely and never blocks the loop.
+    /// The loop owns `fd` from here on and closes it.
+    @discardableResult
+    public func bridge(socket fd: Int32) -> Int {
+        let id = ids.withLock { n -> Int in n += 1; return n }
+        switch resolver.resolve(host: configuration.dialHost, port: configuration.dialPort) {
+        case .success(let address):
+            post(.bridge(id: id, fd: fd, address: address))
+        case .failure(let failure):
+            logger.error("connection \(id): \(failure.message)", metadata: ["detail": "\(failure.detail)"])
+            Glibc.close(fd)
+            onEvent(.failed(id: id, failure))
+        }
+        return id
+    }
+
+    /// Closes every bridged connection (each WebSocket with a Close frame) and stops the loop.
+    /// Returns once the service thread has ended.
+    public func shutdown() {
+        guard threadStarted.withLock({ $0 }) else { return }
+        post(.closeAll)
+        post(.stop)
+        finished.wait()
+    }
+
+    private func post(_ command: Command) {
+        commands.withLock { $0.append(command) }
+        if let context { lws_cancel_service(context) }
+    }
+
+    /// Runs on the service thread for every EVENT_WAIT_CANCELLED (once per protocol: idempotent).
+    fileprivate func drainCommands() {
+        let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+        for command in pending {
+            switch command {
+            case .bridge(let id, let fd, let address):
+                startBridge(id: id, fd: fd, address: address)
+            case .closeAll:
+                for bridge in bridges.values { bridge.closeBoth() }
+            case .stop:
+                stopping = true
+            }
+        }
+    }
+
+    private func startBridge(id: Int, fd: Int32, address: String) {
+        let bridge = Bridge(id: id, localFD: fd, loop: self)
+        bridges[id] = bridge
+        bridge.dial(address: address)
+        if bridge.isFinished { forget(bridge) }
+    }
+
+    /// Called by a bridge once both of its sides are gone.
+    func forget(_ bridge: Bridge) {
+        bridges.removeValue(forKey: bridge.id)
+    }
+
+    var lwsContext: OpaquePointer? { context }
+}
+
+/// The one C entry point for every protocol of the carrier's vhost.
+private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reasons,
+                             _ user: UnsafeMutableRawPointer?, _ input: UnsafeMutableRawPointer?,
+                             _ len: Int) -> Int32 {
+    guard let wsi else { return 0 }
+    switch reason {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if let raw = lws_context_user(lws_get_context(wsi)) {
+            Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().drainCommands()
+        }
+        return 0
+    default:
+        guard let raw = lws_get_opaque_user_data(wsi) else { return 0 }
+        let bridge = Unmanaged<Bridge>.fromOpaque(raw).takeUnretainedValue()
+        return bridge.handle(wsi: wsi, reason: reason, user: user, input: input, len: len)
+    }
+}

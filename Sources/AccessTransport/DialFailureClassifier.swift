@@ -1,0 +1,53 @@
+import AccessCore
+
+/// Turns what libwebsockets tells us about a failed dial into a typed failure with a plain message.
+///
+/// libwebsockets reports a refused upgrade as an HTTP status on the wsi, a TLS failure mostly
+/// through its log, and socket errors as short texts; this keeps the mapping in one pure place.
+enum DialFailureClassifier {
+    static func classify(host: String, address: String, credential: CredentialKind, status: Int,
+                         location: String?, message: String, tlsReason: String?, recentLog: [String],
+                         timeoutSeconds: Int) -> TunnelFailure {
+        if status >= 200 && status != 101 {
+            let refusal = UpgradeRefusal.classify(status: status, location: location)
+            if case .accessLoginRequired(let loginURL) = refusal {
+                return .accessRejected(host: host, credential: credential, loginURL: loginURL)
+            }
+            return .refused(host: host, refusal: refusal)
+        }
+        let lowered = message.lowercased()
+        if let tlsReason {
+            return .tls(host: host, reason: tlsReason)
+        }
+        if lowered.contains("tls") || lowered.contains("ssl") || lowered.contains("cert") {
+            let logged = recentLog.last { line in
+                let l = line.lowercased()
+                return l.contains("ssl") || l.contains("tls") || l.contains("cert") || l.contains("verify")
+            }
+            return .tls(host: host, reason: logged.map(trimLogPrefix) ?? message)
+        }
+        if lowered.contains("timed out") || lowered.contains("timeout") {
+            return .timedOut(host: host, seconds: timeoutSeconds)
+        }
+        if lowered.contains("refused") || lowered.contains("unable to connect") || lowered.contains("connect failed") {
+            return .connectionRefused(address: address)
+        }
+        if lowered.contains("unreachable") || lowered.contains("no route") {
+            return .networkUnavailable(detail: "\(address): \(message)")
+        }
+        if lowered.contains("dns") || lowered.contains("getaddrinfo") || lowered.contains("lookup") {
+            return .dns(host: host)
+        }
+        if status == 0 && message.isEmpty {
+            return .internalError("the WebSocket to \(host) failed without a reason")
+        }
+        return .networkUnavailable(detail: "\(address): \(message)")
+    }
+
+    /// libwebsockets log lines start with a timestamp and level tag; keep the text after them.
+    private static func trimLogPrefix(_ line: String) -> String {
+        if let range = line.range(of: "]: ") { return String(line[range.upperBound...]) }
+        if let range = line.range(of: "] ") { return String(line[range.upperBound...]) }
+        return line
+    }
+}

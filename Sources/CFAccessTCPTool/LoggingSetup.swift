@@ -1,0 +1,96 @@
+import CFAccessTCP
+import Foundation
+import Logging
+
+/// Bootstraps swift-log for the executable: one line per record to stderr or to a 0600 file.
+/// (Libraries never bootstrap logging; only this executable does.)
+struct LoggingSetup {
+    let logger: Logger
+
+    init(level raw: String, file: String?, directory: String?) throws(ConfigurationError) {
+        let level: Logger.Level
+        switch raw.lowercased() {
+        case "trace": level = .trace
+        case "debug": level = .debug
+        case "info": level = .info
+        case "warn", "warning": level = .warning
+        case "error": level = .error
+        case "fatal", "panic": level = .critical
+        default:
+            throw ConfigurationError("--loglevel \(raw) is unknown: use debug, info, warn, error or fatal")
+        }
+        let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
+        let sink: LineSink
+        if let path {
+            let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                throw ConfigurationError("cannot open the log file \(path): \(String(cString: strerror(errno)))")
+            }
+            // An existing file keeps its content but never stays readable by others.
+            _ = fchmod(fd, 0o600)
+            sink = LineSink(fd: fd)
+        } else {
+            sink = LineSink(fd: STDERR_FILENO)
+        }
+        LoggingSystem.bootstrap { label in
+            var handler = LineLogHandler(label: label, sink: sink)
+            handler.logLevel = level
+            return handler
+        }
+        logger = Logger(label: "cf-access-tcp")
+    }
+}
+
+/// Serialises whole lines onto one descriptor.
+final class LineSink: @unchecked Sendable {
+    private let fd: Int32
+    private let lock = NSLock()
+
+    init(fd: Int32) { self.fd = fd }
+
+    func write(_ line: String) {
+        var bytes = Array(line.utf8)
+        bytes.append(0x0A)
+        lock.lock()
+        defer { lock.unlock() }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return }
+            offset += n
+        }
+    }
+}
+
+/// `2026-11-21T22:00:00Z INF message key=value` lines.
+struct LineLogHandler: LogHandler {
+    let label: String
+    let sink: LineSink
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let tag: String
+        switch event.level {
+        case .trace: tag = "TRC"
+        case .debug: tag = "DBG"
+        case .info: tag = "INF"
+        case .notice: tag = "NOT"
+        case .warning: tag = "WRN"
+        case .error: tag = "ERR"
+        case .critical: tag = "CRT"
+        }
+        var line = "\(ISO8601DateFormatter().string(from: Date())) \(tag) \(event.message)"
+        let merged = metadata.merging(event.metadata ?? [:]) { $1 }
+        for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
+            line += " \(key)=\(value)"
+        }
+        sink.write(line)
+    }
+}

@@ -1,0 +1,55 @@
+import ArgumentParser
+
+/// The flags of `cloudflared access tcp`, with its aliases, plus ours.
+struct TunnelFlags: ParsableArguments {
+    @Option(name: [.customLong("hostname"), .customShort("T")],
+            help: "The Access-protected hostname, e.g. ssh.example.com (env TUNNEL_SERVICE_HOSTNAME).")
+    var hostname: String?
+
+    @Option(name: [.customLong("url"), .customLong("listener"), .customShort("L")],
+            help: "Listen on this local address, e.g. 127.0.0.1:2222 (0 = any free port); without it stdin/stdout is the connection (env TUNNEL_SERVICE_URL).")
+    var url: String?
+
+    @Option(name: [.customLong("header"), .customShort("H")],
+            help: "Extra request header \"Name: value\" (repeatable; the first value of a name wins).")
+    var header: [String] = []
+
+    @Option(name: [.customLong("service-token-id"), .customLong("id")],
+            help: "Access service token client ID (env TUNNEL_SERVICE_TOKEN_ID).")
+    var serviceTokenID: String?
+
+    @Option(name: [.customLong("service-token-secret"), .customLong("secret")],
+            help: "Access service token client secret (env TUNNEL_SERVICE_TOKEN_SECRET; prefer the environment: flags show in `ps`).")
+    var serviceTokenSecret: String?
+
+    @Option(name: .customLong("access-token"),
+            help: "An Access application token (JWT) to send as Cf-Access-Token (env CF_ACCESS_TOKEN).")
+    var accessToken: String?
+
+    @Option(name: .customLong("destination"),
+            help: "host:port the edge should reach, sent as Cf-Access-Jump-Destination (env TUNNEL_SERVICE_DESTINATION).")
+    var destination: String?
+
+    @Option(name: .customLong("connect-to"),
+            help: "Dial host[:port] instead of the hostname, keeping the hostname for Host, SNI and certificate checks.")
+    var connectTo: String?
+
+    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    var caFile: String?
+
+    @Flag(name: .customLong("allow-non-loopback"),
+          help: "Allow --url on a non-loopback address (exposes the tunnel to the network).")
+    var allowNonLoopback = false
+
+    @Option(name: .customLong("connect-timeout"), help: "Seconds allowed to open the WebSocket (default 15).")
+    var connectTimeout: Int = 15
+
+    @Option(name: .customLong("loglevel"), help: "debug, info, warn, error or fatal (default info).")
+    var loglevel: String = "info"
+
+    @Option(name: .customLong("logfile"), help: "Write logs to this file (0600) instead of stderr.")
+    var logfile: String?
+
+    @Option(name: .customLong("log-directory"), help: "Write logs to cf-access-tcp.log in this directory.")
+    var logDirectory: String?
+}
