@@ -22,8 +22,14 @@ final class Bridge {
     /// The adopted local wsi, kept after `local` is cleared, to recognise its WSI_DESTROY.
     private var localHandle: OpaquePointer?
     private var closeLocalRequested = false
+    /// No more bytes will come from / go to the WebSocket.
     private var webSocketDone = false
+    /// No more bytes will come from / go to the local socket.
     private var localDone = false
+    /// libwebsockets has destroyed the WebSocket wsi (or never made one): no callback can follow.
+    private var webSocketReleased = false
+    /// The local wsi is destroyed, or the unadopted descriptor closed: no callback can follow.
+    private var localReleased = false
     private var established = false
     private var reportedFailure = false
     private var toOrigin = ByteQueue()
@@ -41,7 +47,8 @@ final class Bridge {
         self.loop = loop
     }
 
-    var isFinished: Bool { webSocketDone && localDone }
+    /// Both sides are gone and no callback can reach this bridge any more.
+    var isFinished: Bool { webSocketReleased && localReleased }
 
     private var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
     private var logger: Logger { loop.logger }
@@ -81,10 +88,11 @@ final class Bridge {
                 }
             }
         }
-        if wsi == nil, !webSocketDone {
-            // Failed synchronously without a CONNECTION_ERROR callback.
+        if wsi == nil {
+            // Failed synchronously: the wsi no longer exists, whatever callbacks ran before.
             fail(TunnelFailure.internalError("libwebsockets refused to start the connection"))
             webSocketDone = true
+            webSocketReleased = true
         } else if !webSocketDone {
             webSocket = wsi
         }
@@ -131,9 +139,11 @@ final class Bridge {
             if wsi == localHandle {
                 local = nil
                 localDone = true
+                localReleased = true
             } else {
                 webSocket = nil
                 webSocketDone = true
+                webSocketReleased = true
             }
             finishIfDone()
             return 0
@@ -163,6 +173,7 @@ final class Bridge {
     }
 
     private func onConnectionError(wsi: OpaquePointer, message: String) {
+        logger.debug("connection \(id): libwebsockets reports \"\(message)\"")
         let status = Int(lws_http_client_http_response(wsi))
         var location: String?
         if status >= 300 && status < 400 {
@@ -184,11 +195,13 @@ final class Bridge {
     private func fail(_ failure: TunnelFailure) {
         guard !reportedFailure else { return }
         reportedFailure = true
-        logger.error("connection \(id): \(failure.message)", metadata: ["detail": "\(failure.detail)"])
+        // The owner reports the plain message to people; the log keeps the technical detail.
+        logger.debug("connection \(id) failed: \(failure.detail)")
         if !established, local == nil, !localDone {
             Glibc.close(localFD)
             localFD = -1
             localDone = true
+            localReleased = true
         }
         loop.onEvent(.failed(id: id, failure))
     }
@@ -210,6 +223,7 @@ final class Bridge {
             Glibc.close(localFD)
             localFD = -1
             localDone = true
+            localReleased = true
             closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
             return
         }
@@ -341,6 +355,7 @@ final class Bridge {
             Glibc.close(localFD)
             localFD = -1
             localDone = true
+            localReleased = true
         }
     }
 

@@ -141,7 +141,7 @@ public final class CarrierLoop: @unchecked Sendable {
         case .success(let address):
             post(.bridge(id: id, fd: fd, address: address))
         case .failure(let failure):
-            logger.error("connection \(id): \(failure.message)", metadata: ["detail": "\(failure.detail)"])
+            logger.debug("connection \(id) failed: \(failure.detail)")
             Glibc.close(fd)
             onEvent(.failed(id: id, failure))
         }
