@@ -1,0 +1,119 @@
+import AccessTransport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bytes through the listener: integrity, concurrency, flow control and prompt closing.
+@Suite("data path", .serialized)
+struct DataPathTests {
+    /// Sends `payload` and reads as many bytes back at the same time; returns the SHA-256 of what came back.
+    private func echoRoundTrip(port: Int, payload: [UInt8]) throws -> (received: Int, sha256: String) {
+        let client = try ClientSocket(port: port)
+        let sendError = LockedBox<Error?>(nil)
+        let sent = DispatchSemaphore(value: 0)
+        let sender = Thread {
+            do { try client.send(payload) } catch { sendError.withLock { $0 = error } }
+            sent.signal()
+        }
+        sender.start()
+        let digest = Digest.SHA256Stream()
+        let received = try client.receive(count: payload.count) { digest.update($0) }
+        sent.wait()
+        if let error = sendError.withLock({ $0 }) { throw error }
+        return (received, digest.finalizeHex())
+    }
+
+    @Test("64 MiB of random bytes round-trip both ways at once, unchanged")
+    func bulkEcho() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge))
+        defer { listener.stop() }
+        let payload = try randomBytes(64 << 20)
+        let result = try echoRoundTrip(port: listener.port, payload: payload)
+        #expect(result.received == payload.count)
+        #expect(result.sha256 == Digest.sha256Hex(payload))
+        let stats = try edge.waitForStats(host: testHost) { $0.activeTunnels == 0 }
+        #expect(stats.bytesIn == payload.count)
+        #expect(stats.bytesOut == payload.count)
+    }
+
+    @Test("50 concurrent connections each round-trip 1 MiB unchanged")
+    func concurrentEcho() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge))
+        defer { listener.stop() }
+        let count = 50
+        let outcomes = LockedBox<[Int: String]>([:])
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                do {
+                    let payload = try randomBytes(1 << 20)
+                    let result = try echoRoundTrip(port: listener.port, payload: payload)
+                    let ok = result.received == payload.count && result.sha256 == Digest.sha256Hex(payload)
+                    outcomes.withLock { $0[index] = ok ? "ok" : "mismatch: \(result.received) bytes" }
+                } catch {
+                    outcomes.withLock { $0[index] = "error: \(error)" }
+                }
+            }
+            thread.start()
+        }
+        #expect(group.wait(timeout: .now() + 300) == .success, "connections did not finish in 300 s")
+        let results = outcomes.withLock { $0 }
+        #expect(results.count == count)
+        #expect(results.values.allSatisfy { $0 == "ok" }, "\(results.filter { $0.value != "ok" })")
+        try edge.waitForStats(host: testHost) { $0.upgradesAccepted == count && $0.activeTunnels == 0 }
+    }
+
+    @Test("a client that does not read pauses the origin: memory stays bounded, then everything arrives")
+    func flowControlBoundsMemory() throws {
+        let source = try TargetFixture(.source, bytes: 256 << 20)
+        let edge = try EdgeFixture(certs: try certs(), target: source.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge))
+        defer { listener.stop() }
+        let client = try ClientSocket(port: listener.port)
+        let before = residentKiB(pid: listener.process.pid) ?? 0
+        Thread.sleep(forTimeInterval: 3)   // not reading: the source pushes as hard as it can meanwhile
+        let during = try #require(residentKiB(pid: listener.process.pid))
+        #expect(during - before < 32 << 10, "cf-access-tcp grew by \(during - before) KiB while the client did not read")
+        let received = try client.receive(count: 256 << 20) { _ in }
+        #expect(received == 256 << 20)
+        #expect(client.waitForEOF(timeout: 10), "the source finished but the local connection stayed open")
+    }
+
+    @Test("when the origin side ends, the local connection is closed after the last byte")
+    func originEndClosesLocal() throws {
+        let source = try TargetFixture(.source, bytes: 1 << 20)
+        let edge = try EdgeFixture(certs: try certs(), target: source.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge))
+        defer { listener.stop() }
+        let client = try ClientSocket(port: listener.port)
+        let received = try client.receive(count: 1 << 20) { _ in }
+        #expect(received == 1 << 20)
+        #expect(client.waitForEOF(timeout: 10))
+    }
+
+    @Test("when the local side ends, the WebSocket gets a Close frame and the edge side closes")
+    func localEndClosesWebSocket() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge))
+        defer { listener.stop() }
+        do {
+            let client = try ClientSocket(port: listener.port)
+            try client.send(Array("ping".utf8))
+            var back: [UInt8] = []
+            _ = try client.receive(count: 4) { back += $0 }
+            #expect(back == Array("ping".utf8))
+            try edge.waitForStats(host: testHost) { $0.activeTunnels == 1 }
+        }
+        let stats = try edge.waitForStats(host: testHost) { $0.activeTunnels == 0 }
+        #expect(stats.closeFramesReceived == 1)
+    }
+}

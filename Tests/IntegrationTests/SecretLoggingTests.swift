@@ -1,0 +1,119 @@
+import AccessCore
+import AccessTransport
+import Foundation
+import Logging
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A log handler that keeps every record in memory (the test double of swift-log).
+final class InMemoryLogHandlerStore: @unchecked Sendable {
+    private let box = LockedBox<[String]>([])
+    func append(_ line: String) { box.withLock { $0.append(line) } }
+    var lines: [String] { box.withLock { $0 } }
+}
+
+struct InMemoryLogHandler: LogHandler {
+    let store: InMemoryLogHandlerStore
+    var logLevel: Logger.Level = .trace
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let merged = metadata.merging(event.metadata ?? [:]) { $1 }
+        store.append("\(event.level) \(event.message) \(merged)")
+    }
+}
+
+/// No secret reaches a log line, at any level.
+@Suite("secrets never reach logs", .serialized)
+struct SecretLoggingTests {
+    @Test("library: the carrier at trace level through a real tunnel and a refusal")
+    func libraryLogsHaveNoSecrets() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let store = InMemoryLogHandlerStore()
+        let logger = Logger(label: "test") { _ in InMemoryLogHandler(store: store) }
+
+        for secret in [testTokenSecret, "wrong-\(testTokenSecret)"] {
+            let origin = try OriginURL.parse(testHost)
+            let request = try RequestBuilder.upgradeRequest(
+                origin: origin, userAgent: Version.userAgent,
+                serviceToken: try ServiceToken(clientID: testTokenID, clientSecret: secret),
+                accessToken: "eyJhbGciOiJSUzI1NiJ9.e30.c2lnbmF0dXJl", destination: nil,
+                extraHeaders: [HeaderField(name: "Authorization", value: "Bearer hunter2-bearer")])
+            let config = CarrierConfiguration(request: request, connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+                                              caFile: edge.certs.caFile.path, credential: .serviceToken)
+            let ended = DispatchSemaphore(value: 0)
+            let loop = CarrierLoop(configuration: config, logger: logger) { event in
+                switch event {
+                case .established: break
+                case .failed, .closed: ended.signal()
+                }
+            }
+            try loop.start()
+            var pair: [Int32] = [-1, -1]
+            #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+            loop.bridge(socket: pair[0])
+            _ = "ping".withCString { send(pair[1], $0, 4, 0) }
+            if secret == testTokenSecret {
+                var buffer = [UInt8](repeating: 0, count: 4)
+                var tv = timeval(tv_sec: 20, tv_usec: 0)
+                _ = setsockopt(pair[1], SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+                #expect(recv(pair[1], &buffer, 4, Int32(MSG_WAITALL)) == 4)
+                #expect(buffer == Array("ping".utf8))
+            }
+            close(pair[1])
+            #expect(ended.wait(timeout: .now() + 20) == .success)
+            loop.shutdown()
+        }
+        let lines = store.lines
+        #expect(lines.contains { $0.contains("dialing") }, "expected debug lines, got \(lines)")
+        #expect(lines.contains { $0.contains("[redacted]") })
+        for needle in [testTokenSecret, "hunter2-bearer", "c2lnbmF0dXJl", "eyJhbGciOiJSUzI1NiJ9"] {
+            #expect(!lines.contains { $0.contains(needle) }, "\(needle) leaked into the logs")
+        }
+    }
+
+    @Test("binary at --loglevel debug: neither the log file nor stderr holds a secret; the file is 0600")
+    func binaryDebugLogsHaveNoSecrets() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let dir = try makeTempDir("cfat-logs")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let logFile = dir.appendingPathComponent("client.log")
+
+        // A successful tunnel, logging to a file.
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"),
+                                         try clientArguments(edge: edge, extra: ["--loglevel", "debug", "--logfile", logFile.path,
+                                                                                 "--access-token", "tok.en.sig", "-H", "Cookie: CF_Authorization=cookie-secret"]),
+                                         stdin: .pipe)
+        try process.writeStdin(Data("hello".utf8))
+        #expect(try process.waitForStdout(byteCount: 5, timeout: 20) == Data("hello".utf8))
+        process.closeStdin()
+        #expect(try process.waitForExit(timeout: 10) == 0)
+
+        // A refused one, logging to stderr.
+        let refused = try ManagedProcess(try TestPaths.binary("cf-access-tcp"),
+                                         try clientArguments(edge: edge, token: (testTokenID, "wrong-" + testTokenSecret),
+                                                             extra: ["--loglevel", "debug"]),
+                                         stdin: .pipe)
+        #expect(try refused.waitForExit(timeout: 10) != 0)
+
+        let fileText = try String(contentsOf: logFile, encoding: .utf8)
+        let attributes = try FileManager.default.attributesOfItem(atPath: logFile.path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        #expect(fileText.contains("DBG"), "the debug log is empty: \(fileText)")
+        #expect(refused.stderrText.contains("DBG"))
+        for text in [fileText, process.stderrText, refused.stderrText] {
+            for needle in [testTokenSecret, "tok.en.sig", "cookie-secret"] {
+                #expect(!text.contains(needle), "\(needle) leaked: \(text)")
+            }
+        }
+    }
+}
