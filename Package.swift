@@ -70,6 +70,9 @@ let package = Package(
 
         // MARK: Tests
         .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore"], swiftSettings: strictSwift),
+        .testTarget(name: "CFAccessTCPTests",
+                    dependencies: ["CFAccessTCP", "AccessCore", .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
                     dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport",
                                    .product(name: "Logging", package: "swift-log")],

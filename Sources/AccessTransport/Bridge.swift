@@ -40,6 +40,11 @@ final class Bridge {
     private var closeWebSocketWith: lws_close_status?
     private(set) var bytesToOrigin = 0
     private(set) var bytesFromOrigin = 0
+    // Keepalive: counters seen at the last timer, and pings the edge has not answered since.
+    private var keepaliveSnapshot = (toOrigin: 0, fromOrigin: 0)
+    private var unansweredPings = 0
+    private var heardPong = false
+    private var pingPending = false
 
     init(id: Int, localFD: Int32, loop: CarrierLoop) {
         self.id = id
@@ -120,7 +125,13 @@ final class Bridge {
         case LWS_CALLBACK_CLIENT_ESTABLISHED:
             webSocket = wsi
             onEstablished()
+            armKeepalive(wsi)
             return 0
+        case LWS_CALLBACK_CLIENT_RECEIVE_PONG:
+            heardPong = true
+            return 0
+        case LWS_CALLBACK_TIMER:
+            return keepaliveTick(wsi)
         case LWS_CALLBACK_CLIENT_RECEIVE:
             return onOriginData(wsi: wsi, input: input, len: len)
         case LWS_CALLBACK_CLIENT_WRITEABLE:
@@ -248,6 +259,14 @@ final class Bridge {
     private func writeToOrigin(wsi: OpaquePointer) -> Int32 {
         let pre = loop.pre
         let scratch = loop.scratch
+        if pingPending {
+            pingPending = false
+            if lws_write(wsi, scratch + pre, 0, LWS_WRITE_PING) < 0 { return -1 }
+            if lws_send_pipe_choked(wsi) != 0 {
+                _ = lws_callback_on_writable(wsi)
+                return 0
+            }
+        }
         while !toOrigin.isEmpty {
             var failed = false
             let sent = toOrigin.consume(upTo: loop.tuning.chunkSize) { chunk in
@@ -319,6 +338,39 @@ final class Bridge {
             return 0
         }
         return webSocketDone || closeLocalRequested ? -1 : 0
+    }
+
+    // MARK: Keepalive
+
+    private func armKeepalive(_ wsi: OpaquePointer) {
+        let seconds = loop.configuration.keepaliveSeconds
+        guard seconds > 0 else { return }
+        keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
+        lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
+    }
+
+    /// Every interval: an idle tunnel sends a ping; three intervals of pings without any answer
+    /// (no pong, no data) mean the edge or the path is gone, so the tunnel is closed.
+    private func keepaliveTick(_ wsi: OpaquePointer) -> Int32 {
+        let seconds = loop.configuration.keepaliveSeconds
+        guard seconds > 0, wsi == webSocket, !webSocketDone else { return 0 }
+        let heard = heardPong || bytesFromOrigin != keepaliveSnapshot.fromOrigin
+        let active = heard || bytesToOrigin != keepaliveSnapshot.toOrigin
+        if heard { unansweredPings = 0 }
+        heardPong = false
+        keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
+        if unansweredPings >= 3 {
+            logger.warning("connection \(id): the edge did not answer keepalive pings for \(3 * seconds) s; closing the tunnel")
+            closeBoth()
+            return 0
+        }
+        if !active {
+            unansweredPings += 1
+            pingPending = true
+            _ = lws_callback_on_writable(wsi)
+        }
+        lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
+        return 0
     }
 
     // MARK: Endings

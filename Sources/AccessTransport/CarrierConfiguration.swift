@@ -12,18 +12,22 @@ public struct CarrierConfiguration: Sendable {
     public var credential: CredentialKind
     /// Seconds allowed for TCP connect + TLS + upgrade before the dial fails.
     public var handshakeTimeoutSeconds: Int
+    /// Seconds of silence after which a tunnel sends a WebSocket ping (0 = never). A tunnel whose
+    /// peer stays silent for three intervals is closed.
+    public var keepaliveSeconds: Int
 
     /// The system CA bundle on Debian-family systems.
     public static let systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
     /// Creates a configuration.
     public init(request: UpgradeRequest, connectTo: ConnectTarget? = nil, caFile: String? = nil,
-                credential: CredentialKind, handshakeTimeoutSeconds: Int = 15) {
+                credential: CredentialKind, handshakeTimeoutSeconds: Int = 15, keepaliveSeconds: Int = 30) {
         self.request = request
         self.connectTo = connectTo
         self.caFile = caFile
         self.credential = credential
         self.handshakeTimeoutSeconds = handshakeTimeoutSeconds
+        self.keepaliveSeconds = max(0, keepaliveSeconds)
     }
 
     /// The host or address actually dialled.

@@ -35,7 +35,9 @@ public final class CarrierLoop: @unchecked Sendable {
     /// Header bytes for `lws_add_http_header_by_name`, NUL-terminated, built once.
     let handshakeHeaders: [(name: [UInt8], value: [UInt8])]
 
+    /// Guarded by `contextLock` for the threads that wake the loop; the service thread destroys it.
     private var context: OpaquePointer?
+    private let contextLock = NSLock()
     private(set) var vhost: OpaquePointer?
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
@@ -77,7 +79,7 @@ public final class CarrierLoop: @unchecked Sendable {
     }
 
     deinit {
-        if let context { lws_context_destroy(context) }
+        if let context { lws_context_destroy(context) }   // only when the service thread never ran
         protocols.deinitialize(count: 3)
         protocols.deallocate()
         protocolNames.forEach { free($0) }
@@ -125,9 +127,26 @@ public final class CarrierLoop: @unchecked Sendable {
     }
 
     private func serviceLoop() {
-        while !stopping, let context {
-            if lws_service(context, 0) < 0 { break }
+        guard let ctx = context else { finished.signal(); return }
+        var stopDeadline: DispatchTime?
+        while true {
+            if stopping {
+                // Let the Close frames go out, but never wait long for peers.
+                if bridges.isEmpty { break }
+                if let deadline = stopDeadline {
+                    if DispatchTime.now() >= deadline { break }
+                } else {
+                    stopDeadline = .now() + 2
+                }
+            }
+            if lws_service(ctx, 0) < 0 { break }
         }
+        contextLock.lock()
+        context = nil
+        contextLock.unlock()
+        // Destroying the context closes every remaining socket: when `shutdown()` returns, no
+        // connection of this loop is open and the ports are free.
+        lws_context_destroy(ctx)
         finished.signal()
     }
 
@@ -154,12 +173,22 @@ public final class CarrierLoop: @unchecked Sendable {
         guard threadStarted.withLock({ $0 }) else { return }
         post(.closeAll)
         post(.stop)
-        finished.wait()
+        // lws_service may sleep until its next timer: keep waking it until the thread is done.
+        while finished.wait(timeout: .now() + .milliseconds(200)) == .timedOut {
+            wake()
+        }
+        threadStarted.withLock { $0 = false }
     }
 
     private func post(_ command: Command) {
         commands.withLock { $0.append(command) }
+        wake()
+    }
+
+    private func wake() {
+        contextLock.lock()
         if let context { lws_cancel_service(context) }
+        contextLock.unlock()
     }
 
     /// Runs on the service thread for every EVENT_WAIT_CANCELLED (once per protocol: idempotent).

@@ -5,7 +5,7 @@ import Logging
 
 /// `cf-access-tcp`: reach a TCP service (SSH above all) protected by Cloudflare Access.
 @main
-struct RootCommand: ParsableCommand {
+struct RootCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cf-access-tcp",
         abstract: "Reach TCP services (SSH above all) protected by Cloudflare Access.",
@@ -28,7 +28,7 @@ struct RootCommand: ParsableCommand {
 }
 
 /// `cf-access-tcp access tcp|ssh|rdp|smb …`, the spelling of `cloudflared access …`.
-struct AccessCommand: ParsableCommand {
+struct AccessCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
         abstract: "cloudflared-compatible spelling: `access tcp|ssh|rdp|smb`.",
@@ -37,7 +37,7 @@ struct AccessCommand: ParsableCommand {
 }
 
 /// The tunnel itself.
-struct TCPCommand: ParsableCommand {
+struct TCPCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tcp",
         abstract: "Bridge stdin/stdout (ProxyCommand) or a local listener to the Access-protected host.",
@@ -57,48 +57,104 @@ struct TCPCommand: ParsableCommand {
 
     @OptionGroup var flags: TunnelFlags
 
-    func run() throws {
+    func run() async throws {
         signal(SIGPIPE, SIG_IGN)
         let environment = ProcessInfo.processInfo.environment
         let logging: LoggingSetup
-        do {
-            logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
-        } catch {
-            throw usageFailure(error.message)
-        }
         let settings: TunnelSettings
         do {
+            logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
             settings = try TunnelSettings(flags: flags, environment: environment)
         } catch {
             throw usageFailure(error.message)
         }
         let logger = logging.logger
-        let runner = TunnelRunner(configuration: settings.carrier, logger: logger) { message in
-            writeStderr("cf-access-tcp: \(message)")
+        let transport = LiveTunnelTransport(logger: logger) { message in writeStderr("cf-access-tcp: \(message)") }
+        let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: transport)
+        if let listen = settings.listen {
+            try await serveListener(tunnel, settings: settings, listen: listen)
+        } else {
+            try await serveStdio(tunnel, settings: settings)
         }
-        switch settings.listen {
-        case nil:
-            let status = runner.runStdio()
-            throw ExitCode(status)
-        case let address?:
-            let stop = DispatchSemaphore(value: 0)
-            let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
-                signal(sig, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                source.setEventHandler { stop.signal() }
-                source.resume()
-                return source
-            }
-            do {
-                try runner.runListener(on: address, stop: stop) { bound in
-                    writeStderr("cf-access-tcp: listening on \(bound) for \(settings.carrier.request.origin.host)")
-                }
-            } catch {
-                writeStderr("cf-access-tcp: \(error.message)")
-                throw ExitCode(1)
-            }
-            withExtendedLifetime(signals) {}
+    }
+
+    /// ProxyCommand mode: the tunnel is stdin/stdout.
+    private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings) async throws {
+        let stream: TunnelStream
+        do {
+            stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
+        } catch {
+            writeStderr("cf-access-tcp: \(error.message)")
+            throw ExitCode(1)
         }
+        let finished = OutputFinished()
+        StdioBridge.pump(socket: stream.release()) { finished.signal() }
+        await finished.wait()
+        // The WebSocket is closing (with a Close frame); let it finish, bounded.
+        await tunnel.disconnect()
+        throw ExitCode.success
+    }
+
+    /// Listener mode: until SIGINT/SIGTERM.
+    private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress) async throws {
+        let port: UInt16
+        do {
+            port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
+        } catch {
+            writeStderr("cf-access-tcp: \(error.message)")
+            throw ExitCode(1)
+        }
+        let shown = listen.isIPv6 ? "[\(listen.host)]:\(port)" : "\(listen.host):\(port)"
+        writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
+        let stop = OutputFinished()
+        let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { stop.signal() }
+            source.resume()
+            return source
+        }
+        await stop.wait()
+        await tunnel.disconnect()
+        withExtendedLifetime(signals) {}
+    }
+}
+
+/// A one-time signal awaited from async code.
+final class OutputFinished: @unchecked Sendable {
+    private let lock = NSLock()
+    private var done = false
+    private var waiter: CheckedContinuation<Void, Never>?
+
+    func signal() {
+        lock.lock()
+        done = true
+        let w = waiter
+        waiter = nil
+        lock.unlock()
+        w?.resume()
+    }
+
+    func wait() async {
+        await withCheckedContinuation { c in
+            lock.lock()
+            if done {
+                lock.unlock()
+                c.resume()
+            } else {
+                waiter = c
+                lock.unlock()
+            }
+        }
+    }
+}
+
+extension Error {
+    /// The plain message of a tunnel or configuration failure, or a description of any other error.
+    var message: String {
+        if let failure = self as? TunnelFailure { return failure.message }
+        if let error = self as? ConfigurationError { return error.message }
+        return "\(self)"
     }
 }
 

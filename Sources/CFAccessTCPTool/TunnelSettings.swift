@@ -2,7 +2,10 @@ import CFAccessTCP
 
 /// The tunnel's settings from flags, falling back to cloudflared's environment variables.
 struct TunnelSettings {
-    let carrier: CarrierConfiguration
+    let hostname: String
+    let origin: OriginURL
+    let method: AuthenticationMethod
+    let options: AccessTunnel.Options
     /// nil = stdin/stdout (ProxyCommand mode).
     let listen: ListenAddress?
 
@@ -15,7 +18,8 @@ struct TunnelSettings {
         guard let rawHost = pick(flags.hostname, "TUNNEL_SERVICE_HOSTNAME") else {
             throw ConfigurationError("--hostname is required: the Access application's hostname, e.g. --hostname ssh.example.com")
         }
-        let origin = try OriginURL.parse(rawHost)
+        hostname = rawHost
+        origin = try OriginURL.parse(rawHost)
 
         let id = pick(flags.serviceTokenID, "TUNNEL_SERVICE_TOKEN_ID")
         let secret = pick(flags.serviceTokenSecret, "TUNNEL_SERVICE_TOKEN_SECRET")
@@ -31,22 +35,43 @@ struct TunnelSettings {
             serviceToken = nil
         }
         let accessToken = pick(flags.accessToken, "CF_ACCESS_TOKEN")
+        if let serviceToken {
+            method = .serviceToken(serviceToken)
+        } else if let accessToken {
+            method = .accessToken(accessToken)
+        } else {
+            method = .none
+        }
         let destination = pick(flags.destination, "TUNNEL_SERVICE_DESTINATION")
         var extra: [HeaderField] = []
         for raw in flags.header { extra.append(try HeaderField.parse(raw)) }
-        let request = try RequestBuilder.upgradeRequest(
+        // Validate the whole request now, so a bad header or token fails before any dial.
+        _ = try RequestBuilder.upgradeRequest(
             origin: origin, userAgent: Version.userAgent, serviceToken: serviceToken,
-            accessToken: accessToken, destination: destination, extraHeaders: extra)
+            accessToken: serviceToken == nil ? accessToken : nil, destination: destination, extraHeaders: extra)
 
         let connectTo = try flags.connectTo.map { raw throws(ConfigurationError) in try ConnectTarget.parse(raw) }
         guard (1...600).contains(flags.connectTimeout) else {
             throw ConfigurationError("--connect-timeout must be between 1 and 600 seconds")
         }
-        let credential: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
-        carrier = CarrierConfiguration(request: request, connectTo: connectTo, caFile: flags.caFile,
-                                       credential: credential, handshakeTimeoutSeconds: flags.connectTimeout)
+        guard (0...86_400).contains(flags.keepalive) else {
+            throw ConfigurationError("--keepalive must be between 0 (off) and 86400 seconds")
+        }
+        guard (0...10).contains(flags.retries) else {
+            throw ConfigurationError("--retries must be between 0 and 10")
+        }
+        if let max = flags.maxConnections, max < 1 {
+            throw ConfigurationError("--max-connections must be at least 1")
+        }
         listen = try pick(flags.url, "TUNNEL_SERVICE_URL").map { raw throws(ConfigurationError) in
             try ListenAddress.parse(raw, allowNonLoopback: flags.allowNonLoopback)
         }
+        options = AccessTunnel.Options(
+            connectTo: connectTo, caFile: flags.caFile, extraHeaders: extra, destination: destination,
+            listenAddress: listen, connectTimeout: Double(flags.connectTimeout),
+            retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: [1, 5, 15]),
+            limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
+                                   stopAcceptingAfterFirstConnection: flags.singleConnection),
+            keepaliveInterval: flags.keepalive)
     }
 }

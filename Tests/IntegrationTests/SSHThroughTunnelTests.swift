@@ -59,7 +59,8 @@ struct SSHThroughTunnelTests {
             #expect(result.status == 0, "ssh as \(user) failed: \(result.stderr)")
             #expect(result.stdout == "ok\n")
         }
-        try edge.waitForStats(host: testHost) { $0.upgradesAccepted == 2 && $0.activeTunnels == 0 }
+        // One WebSocket per ssh connection, plus the one that proved the credential at start-up.
+        try edge.waitForStats(host: testHost) { $0.upgradesAccepted == 3 && $0.activeTunnels == 0 }
     }
 
     @Test("a wrong service token: ssh fails fast with the plain reason on stderr")

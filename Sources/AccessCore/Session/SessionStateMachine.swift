@@ -1,0 +1,176 @@
+/// The session's decisions as a value: events in, actions out, no I/O.
+///
+/// The shell (the session actor) performs each action and feeds back what happened as an event.
+/// Transitions are deterministic; an event that makes no sense in the current state changes
+/// nothing and asks for nothing, so a late callback (a dial finishing after `disconnect`) is
+/// harmless.
+public struct SessionStateMachine: Sendable, Equatable {
+    /// Which credential an attempt uses.
+    public enum Credential: Sendable, Equatable {
+        /// The service token headers.
+        case serviceToken
+        /// An OAuth app token (from the cache or a login).
+        case oauth
+    }
+
+    /// What the session was asked to use.
+    public struct Plan: Sendable, Equatable {
+        /// The first credential to try.
+        public let primary: Credential
+        /// Try OAuth when Access rejects the service token (off unless asked for).
+        public let fallbackToOAuth: Bool
+        /// Retries of retryable failures.
+        public let retry: RetryPolicy
+
+        /// Creates a plan.
+        public init(primary: Credential, fallbackToOAuth: Bool = false, retry: RetryPolicy = .standard) {
+            self.primary = primary
+            self.fallbackToOAuth = fallbackToOAuth && primary == .serviceToken
+            self.retry = retry
+        }
+    }
+
+    /// Something that happened.
+    public enum Event: Sendable, Equatable {
+        /// `connect` was called.
+        case connectRequested(Plan)
+        /// The credential is at hand.
+        case authenticated
+        /// Getting the credential failed.
+        case authenticationFailed(TunnelFailure)
+        /// The WebSocket upgrade succeeded.
+        case dialSucceeded
+        /// The WebSocket could not be opened.
+        case dialFailed(TunnelFailure)
+        /// The local side is ready on this port (0 = a port-less stream).
+        case localReady(port: UInt16)
+        /// The local side could not be set up.
+        case localFailed(TunnelFailure)
+        /// The connect deadline passed while authenticating or connecting.
+        case deadlinePassed(TunnelFailure)
+        /// A scheduled retry is due.
+        case retryDue
+        /// `disconnect` was called.
+        case disconnectRequested
+    }
+
+    /// What the shell must do, in order.
+    public enum Action: Sendable, Equatable {
+        /// Get a credential; `refresh` drops a cached OAuth token first (Access rejected it).
+        case authenticate(Credential, refresh: Bool)
+        /// Open the WebSocket with the current credential.
+        case dial(Credential)
+        /// Set up the local side (listener or stream).
+        case openLocal
+        /// Start the connect deadline (seconds come from the shell's configuration).
+        case startDeadline
+        /// Stop the connect deadline.
+        case cancelDeadline
+        /// Wait, then deliver `.retryDue`.
+        case scheduleRetry(afterSeconds: Double, attempt: Int)
+        /// Close the listener, every bridged connection and anything in flight.
+        case tearDown
+        /// Publish this state to subscribers.
+        case publish(ConnectionState)
+    }
+
+    /// Why `connect` was refused.
+    public enum Refusal: Error, Sendable, Equatable {
+        /// A session is already in progress or up.
+        case invalidState(ConnectionState)
+    }
+
+    /// The current state.
+    public private(set) var state: ConnectionState = .idle
+    private var plan = Plan(primary: .serviceToken, retry: .never)
+    private var credential: Credential = .serviceToken
+    private var attempt = 1
+    private var fellBack = false
+    private var refreshedOAuth = false
+
+    /// A machine in `.idle`.
+    public init() {}
+
+    /// Starts a session. Throws, changing nothing, unless the state is terminal.
+    public mutating func connect(_ plan: Plan) throws(Refusal) -> [Action] {
+        guard state.isTerminal else { throw .invalidState(state) }
+        return handle(.connectRequested(plan))
+    }
+
+    /// Feeds one event; returns the actions to perform, in order.
+    public mutating func handle(_ event: Event) -> [Action] {
+        switch (state, event) {
+        case (let current, .connectRequested(let newPlan)):
+            guard current.isTerminal else { return [] }
+            plan = newPlan
+            credential = newPlan.primary
+            attempt = 1
+            fellBack = false
+            refreshedOAuth = false
+            return [.startDeadline] + move(to: .authenticating) + [.authenticate(credential, refresh: false)]
+
+        case (.authenticating, .authenticated):
+            return move(to: .connecting) + [.dial(credential)]
+
+        case (.authenticating, .authenticationFailed(let failure)):
+            return fail(failure)
+
+        case (.connecting, .dialSucceeded):
+            return [.openLocal]
+
+        case (.connecting, .dialFailed(let failure)):
+            if failure.category == .authentication {
+                if credential == .serviceToken, plan.fallbackToOAuth, !fellBack {
+                    fellBack = true
+                    credential = .oauth
+                    return move(to: .authenticating) + [.authenticate(.oauth, refresh: false)]
+                }
+                if credential == .oauth, !refreshedOAuth {
+                    // The edge redirected again: the stored app token is stale. Drop it, log in once more.
+                    refreshedOAuth = true
+                    return move(to: .authenticating) + [.authenticate(.oauth, refresh: true)]
+                }
+            }
+            return fail(failure)
+
+        case (.connecting, .localReady(let port)):
+            return [.cancelDeadline] + move(to: .connected(localPort: port))
+
+        case (.connecting, .localFailed(let failure)):
+            return fail(failure)
+
+        case (.authenticating, .deadlinePassed(let failure)), (.connecting, .deadlinePassed(let failure)):
+            return fail(failure)
+
+        case (.reconnecting, .retryDue):
+            return [.startDeadline] + move(to: .authenticating) + [.authenticate(credential, refresh: false)]
+
+        case (.idle, .disconnectRequested), (.disconnected, .disconnectRequested):
+            return []
+
+        case (.failed, .disconnectRequested):
+            return move(to: .disconnected)
+
+        case (_, .disconnectRequested):
+            return [.cancelDeadline, .tearDown] + move(to: .disconnected)
+
+        default:
+            // Late or stray events (a dial finishing after disconnect, a retry after failure…).
+            return []
+        }
+    }
+
+    private mutating func fail(_ failure: TunnelFailure) -> [Action] {
+        if failure.isRetryable, let delay = plan.retry.delay(beforeAttempt: attempt + 1) {
+            attempt += 1
+            return [.cancelDeadline, .tearDown] + move(to: .reconnecting(attempt: attempt))
+                + [.scheduleRetry(afterSeconds: delay, attempt: attempt)]
+        }
+        return [.cancelDeadline, .tearDown] + move(to: .failed(failure))
+    }
+
+    private mutating func move(to next: ConnectionState) -> [Action] {
+        state = next
+        return [.publish(next)]
+    }
+}

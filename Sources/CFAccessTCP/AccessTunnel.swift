@@ -1,0 +1,422 @@
+import AccessCore
+import AccessTransport
+import Foundation
+import Logging
+
+/// A tunnel to one Access-protected host, for apps that embed it: connect, watch the state,
+/// disconnect.
+///
+/// ```swift
+/// let tunnel = AccessTunnel()
+/// let port = try await tunnel.connect(hostname: "ssh.example.com",
+///                                     method: .serviceToken(try ServiceToken(clientID: id, clientSecret: secret)))
+/// // point an SSH client at 127.0.0.1:port
+/// await tunnel.disconnect()
+/// ```
+///
+/// The decisions live in ``SessionStateMachine`` (a value, no I/O); this actor performs its
+/// actions and feeds back what happened.
+public actor AccessTunnel {
+    /// What a session needs besides the hostname and credential.
+    public struct Options: Sendable {
+        /// Dial another address than the hostname (tests, private edges).
+        public var connectTo: ConnectTarget?
+        /// CA certificates to trust instead of the system store.
+        public var caFile: String?
+        /// Extra upgrade headers.
+        public var extraHeaders: [HeaderField]
+        /// `Cf-Access-Jump-Destination` (bastion mode).
+        public var destination: String?
+        /// The local address; port 0 = ephemeral.
+        public var listenAddress: ListenAddress
+        /// Seconds allowed for authenticating and opening the WebSocket.
+        public var connectTimeout: Double
+        /// Retries of retryable failures.
+        public var retry: RetryPolicy
+        /// Listener limits.
+        public var limits: ListenerLimits
+        /// Seconds between WebSocket pings on an idle tunnel (0 = none).
+        public var keepaliveInterval: Int
+
+        /// The library's defaults: 127.0.0.1:0, 15 s, retries after 1/5/15 s, one connection,
+        /// keepalive every 30 s.
+        public init(connectTo: ConnectTarget? = nil, caFile: String? = nil, extraHeaders: [HeaderField] = [],
+                    destination: String? = nil, listenAddress: ListenAddress? = nil, connectTimeout: Double = 15,
+                    retry: RetryPolicy = .standard, limits: ListenerLimits = .singleConnection,
+                    keepaliveInterval: Int = 30) {
+            self.connectTo = connectTo
+            self.caFile = caFile
+            self.extraHeaders = extraHeaders
+            self.destination = destination
+            self.listenAddress = listenAddress ?? (try! ListenAddress.parse("127.0.0.1:0", allowNonLoopback: false))
+            self.connectTimeout = connectTimeout
+            self.retry = retry
+            self.limits = limits
+            self.keepaliveInterval = keepaliveInterval
+        }
+    }
+
+    private enum Mode { case listener, stream }
+
+    private let options: Options
+    private let logger: Logger
+    private let transport: any TunnelTransport
+    private let clock: any SessionClock
+    private let states: StateBroadcaster
+    private var machine = SessionStateMachine()
+
+    private var origin: OriginURL?
+    private var method: AuthenticationMethod = .none
+    private var mode: Mode = .listener
+    private var appToken: String?
+    private var serving: (any ServingTunnel)?
+    private var stream: TunnelStream?
+    private var pendingStream: (TunnelStream, any ServingTunnel)?
+    private var work: [Task<Void, Never>] = []
+    private var deadline: Task<Void, Never>?
+    private var generation = 0
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    /// Creates a session in `.idle`.
+    /// - Parameters:
+    ///   - transport: the I/O (default: libwebsockets); tests pass scripted doubles.
+    ///   - clock: waits for retries and the connect deadline (default: real time).
+    public init(options: Options = Options(), logger: Logger = Logger(label: "cf-access-tcp"),
+                transport: (any TunnelTransport)? = nil, clock: any SessionClock = SystemSessionClock()) {
+        self.options = options
+        self.logger = logger
+        self.transport = transport ?? LiveTunnelTransport(logger: logger)
+        self.clock = clock
+        self.states = StateBroadcaster(initial: .idle)
+    }
+
+    /// The session's states: the current one first, then every change. Each access gives a new
+    /// stream; it finishes when the session is released.
+    public nonisolated var state: AsyncStream<ConnectionState> { states.subscribe() }
+
+    /// The current state.
+    public nonisolated var currentState: ConnectionState { states.current }
+
+    /// Authenticates, proves the edge accepts the credential, binds the local listener and
+    /// returns its port. Throws ``TunnelFailure`` (category `.invalidState` if a session is
+    /// already in progress or up; the state then does not change).
+    public func connect(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> UInt16 {
+        try await start(hostname: hostname, method: method, mode: .listener)
+        guard case .connected(let port) = machine.state, let _ = serving else {
+            throw failureOfCurrentState()
+        }
+        return port
+    }
+
+    /// Opens the tunnel as a connected socket with no TCP port at all (for libssh2-style
+    /// consumers). The session is `.connected(localPort: 0)` until `disconnect()` or the
+    /// stream closes.
+    public func openStream(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> TunnelStream {
+        try await start(hostname: hostname, method: method, mode: .stream)
+        guard case .connected = machine.state, let stream else { throw failureOfCurrentState() }
+        return stream
+    }
+
+    /// Closes the listener and every bridged connection (each WebSocket with a Close frame) and
+    /// returns once they are closed and the port is free. Idempotent.
+    public func disconnect() async {
+        await perform(machine.handle(.disconnectRequested))
+        wakeWaiters()
+    }
+
+    // MARK: Driving the machine
+
+    private func start(hostname: String, method: AuthenticationMethod, mode: Mode) async throws(TunnelFailure) {
+        let origin: OriginURL
+        do {
+            origin = try OriginURL.parse(hostname)
+        } catch {
+            throw TunnelFailure.configuration(error)
+        }
+        let plan = SessionStateMachine.Plan(primary: method.plan.primary, fallbackToOAuth: method.plan.fallback,
+                                            retry: options.retry)
+        let actions: [SessionStateMachine.Action]
+        do {
+            actions = try machine.connect(plan)
+        } catch {
+            throw TunnelFailure.invalidState("connect was called while the tunnel is \(currentState); disconnect first")
+        }
+        self.origin = origin
+        self.method = method
+        self.mode = mode
+        self.appToken = nil
+        self.stream = nil
+        generation += 1
+        await perform(actions)
+        // Wait until the machine settles: connected, failed or disconnected.
+        while !(machine.state.isTerminal || isConnected) {
+            await withCheckedContinuation { waiters.append($0) }
+        }
+    }
+
+    private var isConnected: Bool {
+        if case .connected = machine.state { return true }
+        return false
+    }
+
+    private func failureOfCurrentState() -> TunnelFailure {
+        switch machine.state {
+        case .failed(let failure): return failure
+        case .disconnected: return TunnelFailure.invalidState("the tunnel was disconnected while connecting")
+        default: return TunnelFailure.internalError("the tunnel ended in state \(machine.state)")
+        }
+    }
+
+    private func feed(_ event: SessionStateMachine.Event, generation: Int) async {
+        guard generation == self.generation else { return }   // from an attempt that no longer matters
+        await perform(machine.handle(event))
+        wakeWaiters()
+    }
+
+    private func wakeWaiters() {
+        let pending = waiters
+        waiters = []
+        pending.forEach { $0.resume() }
+    }
+
+    private func perform(_ actions: [SessionStateMachine.Action]) async {
+        for action in actions {
+            switch action {
+            case .publish(let state):
+                logger.debug("tunnel state: \(state)")
+                states.publish(state)
+            case .startDeadline:
+                startDeadline()
+            case .cancelDeadline:
+                deadline?.cancel()
+                deadline = nil
+            case .authenticate(let credential, let refresh):
+                authenticate(credential, refresh: refresh)
+            case .dial(let credential):
+                dial(credential)
+            case .openLocal:
+                openLocal()
+            case .scheduleRetry(let seconds, let attempt):
+                logger.info("retrying in \(seconds) s (attempt \(attempt))")
+                let generation = self.generation
+                let clock = self.clock
+                work.append(Task {
+                    do { try await clock.sleep(seconds: seconds) } catch { return }
+                    await self.feed(.retryDue, generation: generation)
+                })
+            case .tearDown:
+                await tearDown()
+            }
+        }
+    }
+
+    private func startDeadline() {
+        deadline?.cancel()
+        let generation = self.generation
+        let clock = self.clock
+        let seconds = options.connectTimeout
+        let host = origin?.host ?? "the edge"
+        deadline = Task {
+            do { try await clock.sleep(seconds: seconds) } catch { return }
+            await self.feed(.deadlinePassed(.timedOut(host: host, seconds: Int(seconds.rounded(.up)))), generation: generation)
+        }
+    }
+
+    private func authenticate(_ credential: SessionStateMachine.Credential, refresh: Bool) {
+        let generation = self.generation
+        guard credential == .oauth else {
+            work.append(Task { await self.feed(.authenticated, generation: generation) })
+            return
+        }
+        let flow: any OAuthFlow
+        if case .accessToken(let token) = method {
+            flow = FixedTokenFlow(token: token)
+        } else if let methodFlow = method.flow {
+            flow = methodFlow
+        } else {
+            work.append(Task {
+                await self.feed(.authenticationFailed(.internalError("OAuth was chosen without a flow")), generation: generation)
+            })
+            return
+        }
+        guard let origin else { return }
+        work.append(Task {
+            do throws(TunnelFailure) {
+                let token = try await flow.appToken(for: origin, refresh: refresh)
+                await self.tokenArrived(token, generation: generation)
+            } catch {
+                await self.feed(.authenticationFailed(error), generation: generation)
+            }
+        })
+    }
+
+    private func tokenArrived(_ token: String, generation: Int) async {
+        guard generation == self.generation else { return }
+        appToken = token
+        await feed(.authenticated, generation: generation)
+    }
+
+    private func carrierConfiguration(_ credential: SessionStateMachine.Credential) throws(TunnelFailure) -> CarrierConfiguration {
+        guard let origin else { throw TunnelFailure.internalError("no origin") }
+        let serviceToken = credential == .serviceToken ? method.serviceToken : nil
+        let accessToken = credential == .oauth ? appToken : nil
+        do {
+            let request = try RequestBuilder.upgradeRequest(
+                origin: origin, userAgent: Version.userAgent, serviceToken: serviceToken, accessToken: accessToken,
+                destination: options.destination, extraHeaders: options.extraHeaders)
+            let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
+            return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
+                                        credential: kind,
+                                        handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
+                                        keepaliveSeconds: options.keepaliveInterval)
+        } catch {
+            throw TunnelFailure.configuration(error)
+        }
+    }
+
+    private func dial(_ credential: SessionStateMachine.Credential) {
+        let generation = self.generation
+        let configuration: CarrierConfiguration
+        do {
+            configuration = try carrierConfiguration(credential)
+        } catch {
+            work.append(Task { await self.feed(.dialFailed(error), generation: generation) })
+            return
+        }
+        let transport = self.transport
+        switch mode {
+        case .listener:
+            work.append(Task {
+                if let failure = await transport.probe(configuration) {
+                    await self.feed(.dialFailed(failure), generation: generation)
+                } else {
+                    await self.feed(.dialSucceeded, generation: generation)
+                }
+            })
+        case .stream:
+            work.append(Task {
+                do throws(TunnelFailure) {
+                    let opened = try await transport.openStream(configuration)
+                    await self.streamOpened(opened, generation: generation)
+                } catch {
+                    await self.feed(.dialFailed(error), generation: generation)
+                }
+            })
+        }
+    }
+
+    private func streamOpened(_ opened: (TunnelStream, any ServingTunnel), generation: Int) async {
+        guard generation == self.generation, machine.state == .connecting else {
+            opened.0.close()
+            await opened.1.close()
+            return
+        }
+        pendingStream = opened
+        await feed(.dialSucceeded, generation: generation)
+    }
+
+    private func openLocal() {
+        let generation = self.generation
+        switch mode {
+        case .stream:
+            guard let (stream, serving) = pendingStream else { return }
+            pendingStream = nil
+            self.stream = stream
+            self.serving = serving
+            work.append(Task { await self.feed(.localReady(port: 0), generation: generation) })
+        case .listener:
+            let configuration: CarrierConfiguration
+            do {
+                configuration = try carrierConfiguration(currentCredential)
+            } catch {
+                work.append(Task { await self.feed(.localFailed(error), generation: generation) })
+                return
+            }
+            let transport = self.transport
+            let address = options.listenAddress
+            let limits = options.limits
+            work.append(Task {
+                do throws(TunnelFailure) {
+                    let serving = try await transport.serve(configuration, on: address, limits: limits)
+                    await self.listenerReady(serving, generation: generation)
+                } catch {
+                    await self.feed(.localFailed(error), generation: generation)
+                }
+            })
+        }
+    }
+
+    /// The credential the last dial used: OAuth once a token is at hand, else the service token.
+    private var currentCredential: SessionStateMachine.Credential {
+        appToken != nil ? .oauth : .serviceToken
+    }
+
+    private func listenerReady(_ serving: any ServingTunnel, generation: Int) async {
+        guard generation == self.generation, machine.state == .connecting else {
+            await serving.close()
+            return
+        }
+        self.serving = serving
+        await feed(.localReady(port: serving.port), generation: generation)
+    }
+
+    private func tearDown() async {
+        deadline?.cancel()
+        deadline = nil
+        work.forEach { $0.cancel() }
+        work.removeAll()
+        generation += 1
+        if let (stream, serving) = pendingStream {
+            pendingStream = nil
+            stream.close()
+            await serving.close()
+        }
+        stream?.close()
+        stream = nil
+        if let serving {
+            self.serving = nil
+            await serving.close()
+        }
+    }
+}
+
+/// Fans the state out to any number of subscribers, current state first.
+final class StateBroadcaster: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: ConnectionState
+    private var continuations: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
+
+    init(initial: ConnectionState) { value = initial }
+
+    deinit { continuations.values.forEach { $0.finish() } }
+
+    var current: ConnectionState {
+        lock.lock()
+        defer { lock.unlock() }
+        return value
+    }
+
+    func publish(_ state: ConnectionState) {
+        lock.lock()
+        value = state
+        let targets = Array(continuations.values)
+        lock.unlock()
+        targets.forEach { $0.yield(state) }
+    }
+
+    func subscribe() -> AsyncStream<ConnectionState> {
+        AsyncStream(bufferingPolicy: .unbounded) { continuation in
+            let id = UUID()
+            lock.lock()
+            continuation.yield(value)
+            continuations[id] = continuation
+            lock.unlock()
+            continuation.onTermination = { [weak self] _ in
+                guard let self else { return }
+                self.lock.lock()
+                self.continuations[id] = nil
+                self.lock.unlock()
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+import AccessCore
+import Testing
+
+/// The session's decisions, driven step by step without I/O.
+@Suite("session state machine")
+struct SessionStateMachineTests {
+    typealias Machine = SessionStateMachine
+    let refused = TunnelFailure.connectionRefused(address: "127.0.0.1:1")          // retryable
+    let rejected = TunnelFailure.accessRejected(host: "h", credential: .serviceToken, loginURL: nil)
+    let badCA = TunnelFailure.tls(host: "h", reason: "unable to get local issuer certificate") // not retryable
+
+    private func published(_ actions: [Machine.Action]) -> [ConnectionState] {
+        actions.compactMap { if case .publish(let s) = $0 { return s } else { return nil } }
+    }
+
+    @Test("success: idle → authenticating → connecting → connected")
+    func success() throws {
+        var m = Machine()
+        #expect(m.state == .idle)
+        let start = try m.connect(.init(primary: .serviceToken))
+        #expect(start == [.startDeadline, .publish(.authenticating), .authenticate(.serviceToken, refresh: false)])
+        #expect(m.handle(.authenticated) == [.publish(.connecting), .dial(.serviceToken)])
+        #expect(m.handle(.dialSucceeded) == [.openLocal])
+        #expect(m.handle(.localReady(port: 4022)) == [.cancelDeadline, .publish(.connected(localPort: 4022))])
+        #expect(m.state == .connected(localPort: 4022))
+    }
+
+    @Test("connect while not terminal throws invalidState and changes nothing",
+          arguments: [0, 1, 2, 3])
+    func invalidState(step: Int) throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        let events: [Machine.Event] = [.authenticated, .dialSucceeded, .localReady(port: 1)]
+        for event in events.prefix(step) { _ = m.handle(event) }
+        if step == 3 {
+            // reconnecting is not terminal either
+            m = Machine()
+            _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+            _ = m.handle(.authenticationFailed(refused))
+            #expect(m.state == .reconnecting(attempt: 2))
+        }
+        let before = m
+        #expect(throws: Machine.Refusal.invalidState(m.state)) { _ = try m.connect(.init(primary: .oauth)) }
+        #expect(m == before)
+    }
+
+    @Test("connect again after failed or disconnected starts afresh")
+    func reconnectFromTerminal() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .never))
+        _ = m.handle(.authenticationFailed(badCA))
+        #expect(m.state == .failed(badCA))
+        #expect(try m.connect(.init(primary: .oauth)).contains(.authenticate(.oauth, refresh: false)))
+        _ = m.handle(.disconnectRequested)
+        #expect(m.state == .disconnected)
+        #expect(try m.connect(.init(primary: .serviceToken)).contains(.publish(.authenticating)))
+    }
+
+    @Test("fallback success: a rejected service token switches to OAuth once")
+    func fallbackSuccess() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, fallbackToOAuth: true))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.dialFailed(rejected)) == [.publish(.authenticating), .authenticate(.oauth, refresh: false)])
+        #expect(m.handle(.authenticated) == [.publish(.connecting), .dial(.oauth)])
+        _ = m.handle(.dialSucceeded)
+        _ = m.handle(.localReady(port: 7))
+        #expect(m.state == .connected(localPort: 7))
+    }
+
+    @Test("fallback failure: OAuth failing too ends in failed with its reason")
+    func fallbackFailure() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, fallbackToOAuth: true, retry: .standard))
+        _ = m.handle(.authenticated)
+        _ = m.handle(.dialFailed(rejected))
+        let loginFailed = TunnelFailure(category: .authentication, isRetryable: false, message: "login cancelled")
+        let actions = m.handle(.authenticationFailed(loginFailed))
+        #expect(actions == [.cancelDeadline, .tearDown, .publish(.failed(loginFailed))])
+    }
+
+    @Test("no fallback unless asked: a rejected service token fails at once")
+    func noSurpriseFallback() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, fallbackToOAuth: false))
+        _ = m.handle(.authenticated)
+        #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+    }
+
+    @Test("OAuth redirected again: refresh the token once, then fail")
+    func oauthRefreshOnce() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .oauth))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.dialFailed(rejected)) == [.publish(.authenticating), .authenticate(.oauth, refresh: true)])
+        _ = m.handle(.authenticated)
+        #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+    }
+
+    @Test("retry success: a retryable failure waits 1 s, then succeeds")
+    func retrySuccess() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.dialFailed(refused)) == [.cancelDeadline, .tearDown, .publish(.reconnecting(attempt: 2)),
+                                                    .scheduleRetry(afterSeconds: 1, attempt: 2)])
+        #expect(m.handle(.retryDue) == [.startDeadline, .publish(.authenticating), .authenticate(.serviceToken, refresh: false)])
+        _ = m.handle(.authenticated)
+        _ = m.handle(.dialSucceeded)
+        _ = m.handle(.localReady(port: 9))
+        #expect(m.state == .connected(localPort: 9))
+    }
+
+    @Test("retry exhaustion: 1 s, 5 s, 15 s, then failed")
+    func retryExhaustion() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        var delays: [Double] = []
+        for _ in 0..<4 {
+            _ = m.handle(.authenticated)
+            for action in m.handle(.dialFailed(refused)) {
+                if case .scheduleRetry(let seconds, _) = action { delays.append(seconds) }
+            }
+            _ = m.handle(.retryDue)
+        }
+        #expect(delays == [1, 5, 15])
+        #expect(m.state == .failed(refused))
+    }
+
+    @Test("a non-retryable failure is not retried")
+    func nonRetryable() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.dialFailed(badCA)) == [.cancelDeadline, .tearDown, .publish(.failed(badCA))])
+    }
+
+    @Test("timeout while connecting fails with Connection timed out.")
+    func timeout() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .never))
+        _ = m.handle(.authenticated)
+        let timedOut = TunnelFailure.timedOut(host: "h", seconds: 15)
+        #expect(m.handle(.deadlinePassed(timedOut)) == [.cancelDeadline, .tearDown, .publish(.failed(timedOut))])
+        #expect(m.state.description.hasPrefix("failed(Connection timed out."))
+        // The late dial answer changes nothing.
+        #expect(m.handle(.dialSucceeded) == [])
+    }
+
+    @Test("disconnect while connecting, and late events after it")
+    func disconnectWhileConnecting() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.disconnectRequested) == [.cancelDeadline, .tearDown, .publish(.disconnected)])
+        #expect(m.handle(.dialSucceeded) == [])
+        #expect(m.handle(.localReady(port: 3)) == [])
+        #expect(m.state == .disconnected)
+    }
+
+    @Test("disconnect while connected, while reconnecting; idempotent when idle or disconnected")
+    func disconnectOtherStates() throws {
+        var m = Machine()
+        #expect(m.handle(.disconnectRequested) == [])
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        _ = m.handle(.authenticated)
+        _ = m.handle(.dialSucceeded)
+        _ = m.handle(.localReady(port: 5))
+        #expect(m.handle(.disconnectRequested) == [.cancelDeadline, .tearDown, .publish(.disconnected)])
+        #expect(m.handle(.disconnectRequested) == [])
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        _ = m.handle(.authenticationFailed(refused))
+        #expect(m.handle(.disconnectRequested).contains(.tearDown))
+        #expect(m.handle(.retryDue) == [])
+        _ = try m.connect(.init(primary: .serviceToken, retry: .never))
+        _ = m.handle(.authenticationFailed(badCA))
+        #expect(m.handle(.disconnectRequested) == [.publish(.disconnected)])
+    }
+
+    @Test("local side failing ends in failed")
+    func localFailure() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
+        _ = m.handle(.authenticated)
+        _ = m.handle(.dialSucceeded)
+        let inUse = TunnelFailure.configuration(ConfigurationError("127.0.0.1:22 is already in use"))
+        #expect(published(m.handle(.localFailed(inUse))) == [.failed(inUse)])
+    }
+
+    @Test("retry policy delays", arguments: [
+        (RetryPolicy.standard, [2: 1.0, 3: 5.0, 4: 15.0]),
+        (RetryPolicy(maxAttempts: 6, delays: [2]), [2: 2.0, 3: 2.0, 6: 2.0]),
+        (RetryPolicy(maxAttempts: 2, delays: []), [2: 0.0]),
+    ])
+    func retryDelays(policy: RetryPolicy, expected: [Int: Double]) {
+        for (attempt, delay) in expected { #expect(policy.delay(beforeAttempt: attempt) == delay) }
+        #expect(policy.delay(beforeAttempt: 1) == nil)
+        #expect(policy.delay(beforeAttempt: policy.maxAttempts + 1) == nil)
+        #expect(RetryPolicy(maxAttempts: 0, delays: [-1]).maxAttempts == 1)
+        #expect(RetryPolicy(maxAttempts: 3, delays: [-1]).delays == [0])
+        #expect(RetryPolicy.never.delay(beforeAttempt: 2) == nil)
+    }
+
+    @Test("state descriptions and terminality")
+    func stateDescriptions() {
+        let cases: [(ConnectionState, String, Bool)] = [
+            (.idle, "idle", true), (.authenticating, "authenticating", false), (.connecting, "connecting", false),
+            (.connected(localPort: 1), "connected(localPort: 1)", false),
+            (.reconnecting(attempt: 2), "reconnecting(attempt: 2)", false), (.disconnected, "disconnected", true),
+            (.failed(refused), "failed(\(refused.message))", true),
+        ]
+        for (state, text, terminal) in cases {
+            #expect(state.description == text)
+            #expect(state.isTerminal == terminal)
+        }
+    }
+}

@@ -1,0 +1,304 @@
+import AccessCore
+import AccessTransport
+import CFAccessTCP
+import Foundation
+import Logging
+import Testing
+
+// MARK: Scripted doubles
+
+/// A clock whose sleeps finish only when the test advances time.
+final class ManualClock: SessionClock, @unchecked Sendable {
+    private struct Sleeper { let until: Double; let continuation: CheckedContinuation<Void, Error> }
+    private let lock = NSLock()
+    private var now = 0.0
+    private var sleepers: [UUID: Sleeper] = [:]
+    private(set) var requested: [Double] = []
+
+    func sleep(seconds: Double) async throws {
+        let id = UUID()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
+                lock.lock()
+                requested.append(seconds)
+                sleepers[id] = Sleeper(until: now + seconds, continuation: c)
+                lock.unlock()
+            }
+        } onCancel: {
+            lock.lock()
+            let sleeper = sleepers.removeValue(forKey: id)
+            lock.unlock()
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Sleeps currently waiting.
+    var pending: [Double] {
+        lock.lock()
+        defer { lock.unlock() }
+        return sleepers.values.map { $0.until - now }.sorted()
+    }
+
+    func advance(by seconds: Double) {
+        lock.lock()
+        now += seconds
+        let due = sleepers.filter { $0.value.until <= now }
+        due.keys.forEach { sleepers.removeValue(forKey: $0) }
+        lock.unlock()
+        due.values.forEach { $0.continuation.resume() }
+    }
+}
+
+/// A transport that answers from a script: one outcome per probe, in order.
+final class ScriptedTransport: TunnelTransport, @unchecked Sendable {
+    enum ProbeOutcome { case succeed, fail(TunnelFailure), hang }
+    private let lock = NSLock()
+    private var script: [ProbeOutcome]
+    private(set) var probes: [CarrierConfiguration] = []
+    private(set) var servedLimits: [ListenerLimits] = []
+    let closedServings = LockedBox(0)
+
+    init(_ script: [ProbeOutcome]) { self.script = script }
+
+    func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
+        let outcome: ProbeOutcome = lock.withLock {
+            probes.append(configuration)
+            return script.isEmpty ? .fail(.internalError("script exhausted")) : script.removeFirst()
+        }
+        switch outcome {
+        case .succeed: return nil
+        case .fail(let failure): return failure
+        case .hang:
+            while !Task.isCancelled { try? await Task.sleep(nanoseconds: 5_000_000) }
+            return .internalError("cancelled")
+        }
+    }
+
+    func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+               limits: ListenerLimits) async throws(TunnelFailure) -> any ServingTunnel {
+        lock.withLock { servedLimits.append(limits) }
+        return FakeServing(port: 40_000, closed: closedServings)
+    }
+
+    func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
+        throw .internalError("not scripted")
+    }
+}
+
+struct FakeServing: ServingTunnel {
+    let port: UInt16
+    let closed: LockedBox<Int>
+    func close() async { closed.withLock { $0 += 1 } }
+}
+
+/// An OAuth flow that hands out numbered tokens and records refreshes.
+final class CountingFlow: OAuthFlow, @unchecked Sendable {
+    let refreshes = LockedBox<[Bool]>([])
+    let failure: TunnelFailure?
+    init(failure: TunnelFailure? = nil) { self.failure = failure }
+    func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
+        let n = refreshes.withLock { $0.append(refresh); return $0.count }
+        if let failure { throw failure }
+        return "app.token.\(n)"
+    }
+}
+
+/// Collects the states a subscriber sees.
+final class StateRecorder: @unchecked Sendable {
+    let states = LockedBox<[ConnectionState]>([])
+    private var task: Task<Void, Never>?
+
+    init(_ tunnel: AccessTunnel) {
+        let stream = tunnel.state
+        task = Task { [states] in
+            for await state in stream { states.withLock { $0.append(state) } }
+        }
+    }
+
+    /// Waits (bounded, real time) until `predicate` holds for the recorded states.
+    func wait(_ predicate: ([ConnectionState]) -> Bool) async -> [ConnectionState] {
+        for _ in 0..<2000 {
+            let now = states.withLock { $0 }
+            if predicate(now) { return now }
+            try? await Task.sleep(nanoseconds: 1_000_000)
+        }
+        return states.withLock { $0 }
+    }
+}
+
+let token = try! ServiceToken(clientID: "id", clientSecret: "secret")
+let refused = TunnelFailure.connectionRefused(address: "127.0.0.1:1")
+let rejected = TunnelFailure.accessRejected(host: "ssh.example.com", credential: .serviceToken, loginURL: nil)
+let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+private func makeTunnel(_ transport: ScriptedTransport, clock: ManualClock, retry: RetryPolicy = .standard) -> AccessTunnel {
+    AccessTunnel(options: .init(connectTimeout: 15, retry: retry), logger: quiet, transport: transport, clock: clock)
+}
+
+// MARK: Sequences
+
+@Suite("AccessTunnel state sequences (scripted transport, manual clock)")
+struct AccessTunnelTests {
+    @Test("success: idle, authenticating, connecting, connected(port)")
+    func success() async throws {
+        let transport = ScriptedTransport([.succeed])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        let recorder = StateRecorder(tunnel)
+        let port = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+        #expect(port == 40_000)
+        let states = await recorder.wait { $0.last == .connected(localPort: 40_000) }
+        #expect(states == [.idle, .authenticating, .connecting, .connected(localPort: 40_000)])
+        #expect(transport.probes.first?.request.value(forHeader: "Cf-Access-Client-Id") == "id")
+        #expect(transport.servedLimits == [.singleConnection])
+        // A late subscriber sees the current state first.
+        var iterator = tunnel.state.makeAsyncIterator()
+        #expect(await iterator.next() == .connected(localPort: 40_000))
+    }
+
+    @Test("invalid state: connect while connected throws and changes nothing")
+    func invalidState() async throws {
+        let transport = ScriptedTransport([.succeed, .succeed])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+        await #expect(throws: TunnelFailure.self) {
+            _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+        }
+        do {
+            _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+        } catch {
+            #expect(error.category == .invalidState)
+        }
+        #expect(tunnel.currentState == .connected(localPort: 40_000))
+        #expect(transport.probes.count == 1)
+    }
+
+    @Test("fallback success: rejected service token, then OAuth token works")
+    func fallbackSuccess() async throws {
+        let transport = ScriptedTransport([.fail(rejected), .succeed])
+        let flow = CountingFlow()
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        let recorder = StateRecorder(tunnel)
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceTokenWithOAuthFallback(token, flow))
+        let states = await recorder.wait { $0.last == .connected(localPort: 40_000) }
+        #expect(states == [.idle, .authenticating, .connecting, .authenticating, .connecting, .connected(localPort: 40_000)])
+        #expect(transport.probes.last?.request.value(forHeader: "Cf-Access-Token") == "app.token.1")
+        #expect(transport.probes.last?.request.value(forHeader: "Cf-Access-Client-Id") == nil)
+    }
+
+    @Test("fallback failure: OAuth fails too → failed with its message")
+    func fallbackFailure() async throws {
+        let loginFailed = TunnelFailure(category: .authentication, isRetryable: false, message: "The login was cancelled.")
+        let transport = ScriptedTransport([.fail(rejected)])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        let recorder = StateRecorder(tunnel)
+        await #expect(throws: loginFailed) {
+            _ = try await tunnel.connect(hostname: "ssh.example.com",
+                                         method: .serviceTokenWithOAuthFallback(token, CountingFlow(failure: loginFailed)))
+        }
+        let states = await recorder.wait { $0.last == .failed(loginFailed) }
+        #expect(states == [.idle, .authenticating, .connecting, .authenticating, .failed(loginFailed)])
+    }
+
+    @Test("retry success: refused, wait 1 s (injected clock), then connected")
+    func retrySuccess() async throws {
+        let clock = ManualClock()
+        let transport = ScriptedTransport([.fail(refused), .succeed])
+        let tunnel = makeTunnel(transport, clock: clock)
+        let recorder = StateRecorder(tunnel)
+        let port = Task { try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token)) }
+        _ = await recorder.wait { $0.last == .reconnecting(attempt: 2) }
+        while !clock.pending.contains(1) { try await Task.sleep(nanoseconds: 1_000_000) }
+        clock.advance(by: 1)
+        #expect(try await port.value == 40_000)
+        let states = await recorder.wait { $0.last == .connected(localPort: 40_000) }
+        #expect(states == [.idle, .authenticating, .connecting, .reconnecting(attempt: 2), .authenticating, .connecting,
+                           .connected(localPort: 40_000)])
+    }
+
+    @Test("retry exhaustion: 1 s, 5 s, 15 s, then failed with the last reason")
+    func retryExhaustion() async throws {
+        let clock = ManualClock()
+        let transport = ScriptedTransport([.fail(refused), .fail(refused), .fail(refused), .fail(refused)])
+        let tunnel = makeTunnel(transport, clock: clock)
+        let recorder = StateRecorder(tunnel)
+        let outcome = Task { try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token)) }
+        for (attempt, delay) in [(2, 1.0), (3, 5.0), (4, 15.0)] {
+            _ = await recorder.wait { $0.last == .reconnecting(attempt: attempt) }
+            while !clock.pending.contains(delay) { try await Task.sleep(nanoseconds: 1_000_000) }
+            clock.advance(by: delay)
+        }
+        await #expect(throws: refused) { _ = try await outcome.value }
+        #expect(transport.probes.count == 4)
+        #expect(tunnel.currentState == .failed(refused))
+    }
+
+    @Test("a non-retryable failure is not retried")
+    func nonRetryable() async throws {
+        let badCA = TunnelFailure.tls(host: "ssh.example.com", reason: "unable to get local issuer certificate")
+        let transport = ScriptedTransport([.fail(badCA), .succeed])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        await #expect(throws: badCA) { _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token)) }
+        #expect(transport.probes.count == 1)
+    }
+
+    @Test("timeout: a dial that never answers ends in Connection timed out.")
+    func timeout() async throws {
+        let clock = ManualClock()
+        let transport = ScriptedTransport([.hang])
+        let tunnel = makeTunnel(transport, clock: clock, retry: .never)
+        let outcome = Task { try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token)) }
+        while !clock.pending.contains(15) { try await Task.sleep(nanoseconds: 1_000_000) }
+        clock.advance(by: 15)
+        do {
+            _ = try await outcome.value
+            Issue.record("connect succeeded")
+        } catch let error as TunnelFailure {
+            #expect(error.message.hasPrefix("Connection timed out."))
+        }
+        if case .failed(let failure) = tunnel.currentState {
+            #expect(failure.message.hasPrefix("Connection timed out."))
+        } else {
+            Issue.record("state is \(tunnel.currentState)")
+        }
+    }
+
+    @Test("disconnect while connecting: disconnected, connect throws, nothing left open")
+    func disconnectWhileConnecting() async throws {
+        let transport = ScriptedTransport([.hang])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        let recorder = StateRecorder(tunnel)
+        let outcome = Task { try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token)) }
+        _ = await recorder.wait { $0.last == .connecting }
+        await tunnel.disconnect()
+        await #expect(throws: TunnelFailure.self) { _ = try await outcome.value }
+        #expect(tunnel.currentState == .disconnected)
+        #expect(transport.servedLimits.isEmpty)
+    }
+
+    @Test("disconnect while connected closes the listener before returning")
+    func disconnectWhileConnected() async throws {
+        let transport = ScriptedTransport([.succeed])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+        #expect(transport.closedServings.withLock { $0 } == 0)
+        await tunnel.disconnect()
+        #expect(transport.closedServings.withLock { $0 } == 1)
+        #expect(tunnel.currentState == .disconnected)
+        await tunnel.disconnect()
+        #expect(transport.closedServings.withLock { $0 } == 1)
+    }
+
+    @Test("a bad hostname is a configuration failure before anything happens")
+    func badHostname() async throws {
+        let transport = ScriptedTransport([])
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        do {
+            _ = try await tunnel.connect(hostname: "", method: .none)
+            Issue.record("connect succeeded")
+        } catch {
+            #expect(error.category == .configuration)
+        }
+        #expect(tunnel.currentState == .idle)
+        #expect(transport.probes.isEmpty)
+    }
+}
