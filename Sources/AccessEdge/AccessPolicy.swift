@@ -1,0 +1,156 @@
+import Foundation
+import NIOHTTP1
+import NIOPosix
+
+/// A service token pair accepted via `Cf-Access-Client-Id` / `Cf-Access-Client-Secret`.
+struct ServiceToken: Sendable, Equatable {
+    let id: String
+    let secret: String
+
+    /// Parses `ID:SECRET` (split at the first colon; both parts non-empty).
+    init?(parsing text: String) {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let id = String(text[..<colon])
+        let secret = String(text[text.index(after: colon)...])
+        guard !id.isEmpty, !secret.isEmpty else { return nil }
+        self.id = id
+        self.secret = secret
+    }
+}
+
+/// Who may open a tunnel, and to where: the Access side of the emulator.
+struct AccessPolicy: Sendable {
+    /// Fixed TCP target; when `nil`, `Cf-Access-Jump-Destination` picks it.
+    var fixedTarget: HostPort?
+    var serviceTokens: [ServiceToken]
+    var appTokens: Set<String>
+    /// Team name: the login redirect goes to `<team>.cloudflareaccess.com`.
+    var team: String
+    /// When set, every upgrade is answered with this status.
+    var forcedStatus: HTTPResponseStatus?
+}
+
+/// A complete, small HTTP answer (used for every refusal and for the non-upgrade endpoints).
+struct EdgeResponse: Sendable {
+    var status: HTTPResponseStatus
+    var headers: [(String, String)] = []
+    var body: String = ""
+
+    static func text(_ status: HTTPResponseStatus, _ message: String) -> EdgeResponse {
+        EdgeResponse(status: status,
+                     headers: [("Content-Type", "text/plain; charset=utf-8")],
+                     body: message + "\n")
+    }
+}
+
+/// What to do with one WebSocket upgrade request.
+enum UpgradeDecision: Sendable {
+    /// Credentials are good: dial `target`, then answer 101 (or 502 when the dial fails).
+    case accept(target: HostPort)
+    /// Answer with this response and do not upgrade.
+    case reject(EdgeResponse)
+}
+
+extension AccessPolicy {
+    /// Decides an upgrade request: forced status first, then credentials, then the target.
+    func decide(_ head: HTTPRequestHead) -> UpgradeDecision {
+        if let forced = forcedStatus {
+            if (300..<400).contains(forced.code) {
+                // A forced redirect is the login redirect, with the forced code.
+                var redirect = loginRedirect(for: head)
+                redirect.status = forced
+                return .reject(redirect)
+            }
+            return .reject(.text(forced, "forced status \(forced.code) \(forced.reasonPhrase)"))
+        }
+        guard isAuthorized(head.headers) else {
+            return .reject(loginRedirect(for: head))
+        }
+        if let fixedTarget {
+            return .accept(target: fixedTarget)
+        }
+        guard let value = head.headers.first(name: "Cf-Access-Jump-Destination") else {
+            return .reject(.text(.badRequest, "missing Cf-Access-Jump-Destination header"))
+        }
+        guard let target = HostPort(parsing: value) else {
+            return .reject(.text(.badRequest, "invalid Cf-Access-Jump-Destination header (want host:port)"))
+        }
+        return .accept(target: target)
+    }
+
+    /// True when the request carries a configured service token pair or app token.
+    func isAuthorized(_ headers: HTTPHeaders) -> Bool {
+        if let id = headers.first(name: "Cf-Access-Client-Id"),
+           let secret = headers.first(name: "Cf-Access-Client-Secret"),
+           serviceTokens.contains(where: { $0.id == id && $0.secret == secret }) {
+            return true
+        }
+        if let token = headers.first(name: "Cf-Access-Token"), appTokens.contains(token) {
+            return true
+        }
+        return false
+    }
+
+    /// The `302` Access answers when it wants a login:
+    /// `https://<team>.cloudflareaccess.com/cdn-cgi/access/login/<host>?kid=<aud>&redirect_url=<uri>`.
+    func loginRedirect(for head: HTTPRequestHead) -> EdgeResponse {
+        let host = Self.hostWithoutPort(head.headers.first(name: "Host") ?? "")
+        let location = "https://\(team).cloudflareaccess.com/cdn-cgi/access/login/\(host)"
+            + "?kid=\(Self.audience(for: host))"
+            + "&redirect_url=\(Self.percentEncoded(head.uri))"
+        return EdgeResponse(status: .found, headers: [("Location", location)], body: "")
+    }
+
+    /// The `502` for a target that could not be reached.
+    static func badGateway(target: HostPort, error: any Error) -> EdgeResponse {
+        .text(.badGateway, "Bad Gateway: cannot connect to \(target): \(briefReason(error))")
+    }
+
+    /// The most telling part of a dial error (NIO's own description lists every attempt).
+    static func briefReason(_ error: any Error) -> String {
+        if let failure = error as? NIOConnectionError {
+            if let dns = failure.dnsAError ?? failure.dnsAAAAError {
+                return "name resolution failed: \(dns)"
+            }
+            if let first = failure.connectionErrors.first {
+                return "\(first.error)"
+            }
+        }
+        return "\(error)"
+    }
+
+    /// `Host` header value without its port (IPv6 literals keep their brackets), lower-cased.
+    static func hostWithoutPort(_ value: String) -> String {
+        let trimmed = value.trimmingCharacters(in: .whitespaces).lowercased()
+        if trimmed.hasPrefix("["), let close = trimmed.firstIndex(of: "]") {
+            return String(trimmed[...close])
+        }
+        if let colon = trimmed.firstIndex(of: ":") {
+            return String(trimmed[..<colon])
+        }
+        return trimmed.isEmpty ? "unknown-host" : trimmed
+    }
+
+    /// A stable 64-hex-digit stand-in for an application AUD, derived from the host
+    /// (four FNV-1a 64 hashes with different seeds; not cryptographic, only deterministic).
+    static func audience(for host: String) -> String {
+        let seeds: [UInt64] = [0xcbf2_9ce4_8422_2325, 0x8422_2325_cbf2_9ce4,
+                               0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f]
+        return seeds.map { seed -> String in
+            var hash = seed
+            for byte in host.utf8 {
+                hash ^= UInt64(byte)
+                hash = hash &* 0x0000_0100_0000_01b3
+            }
+            let hex = String(hash, radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
+    }
+
+    /// Percent-encodes everything except RFC 3986 unreserved characters.
+    static func percentEncoded(_ text: String) -> String {
+        let unreserved = CharacterSet(charactersIn:
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+
+/// A point-in-time copy of the emulator's counters, served as JSON by
+/// `GET /cdn-cgi/edge/stats`.
+///
+/// Direction: *In* is from the WebSocket client to the edge, *Out* is from the edge to the
+/// client. Header values are never recorded, except the User-Agent.
+struct EdgeStatsSnapshot: Sendable, Equatable {
+    var upgradesAccepted = 0
+    var upgradesRejected = 0
+    var activeTunnels = 0
+    var binaryFramesIn = 0
+    var bytesIn = 0
+    var binaryFramesOut = 0
+    var bytesOut = 0
+    var textFrames = 0
+    var closeFramesReceived = 0
+    var pingsReceived = 0
+    var idleClosed = 0
+    var lastUserAgent = ""
+    var lastHeaderNames: [String] = []
+
+    /// The JSON object, keys in a fixed order, on one line.
+    var json: String {
+        let numbers: [(String, Int)] = [
+            ("upgradesAccepted", upgradesAccepted),
+            ("upgradesRejected", upgradesRejected),
+            ("activeTunnels", activeTunnels),
+            ("binaryFramesIn", binaryFramesIn),
+            ("bytesIn", bytesIn),
+            ("binaryFramesOut", binaryFramesOut),
+            ("bytesOut", bytesOut),
+            ("textFrames", textFrames),
+            ("closeFramesReceived", closeFramesReceived),
+            ("pingsReceived", pingsReceived),
+            ("idleClosed", idleClosed),
+        ]
+        var fields = numbers.map { "\"\($0.0)\":\($0.1)" }
+        fields.append("\"lastUserAgent\":\(JSONText.quoted(lastUserAgent))")
+        let names = lastHeaderNames.map(JSONText.quoted).joined(separator: ",")
+        fields.append("\"lastHeaderNames\":[\(names)]")
+        return "{" + fields.joined(separator: ",") + "}"
+    }
+}
+
+/// The emulator's shared, thread-safe counters.
+///
+/// Every event loop updates them; a single `NSLock` guards the snapshot. Updates are a few
+/// integer additions, so the lock is held only briefly even on the data path.
+final class EdgeStats: @unchecked Sendable {
+    private let lock = NSLock()
+    private var counters = EdgeStatsSnapshot()
+
+    private func update(_ body: (inout EdgeStatsSnapshot) -> Void) {
+        lock.lock()
+        defer { lock.unlock() }
+        body(&counters)
+    }
+
+    /// A consistent copy of every counter.
+    func snapshot() -> EdgeStatsSnapshot {
+        lock.lock()
+        defer { lock.unlock() }
+        return counters
+    }
+
+    /// Remembers the header names (lower-cased, in order) and User-Agent of an upgrade request.
+    func recordUpgradeRequest(headerNames: [String], userAgent: String) {
+        update {
+            $0.lastHeaderNames = headerNames
+            $0.lastUserAgent = userAgent
+        }
+    }
+
+    /// An upgrade was answered `101`: it is also an active tunnel until `tunnelEnded()`.
+    func upgradeAccepted() {
+        update {
+            $0.upgradesAccepted += 1
+            $0.activeTunnels += 1
+        }
+    }
+
+    func upgradeRejected() { update { $0.upgradesRejected += 1 } }
+    func tunnelEnded() { update { $0.activeTunnels -= 1 } }
+    func textFrameReceived() { update { $0.textFrames += 1 } }
+    func closeFrameReceived() { update { $0.closeFramesReceived += 1 } }
+    func pingReceived() { update { $0.pingsReceived += 1 } }
+    func idleTunnelClosed() { update { $0.idleClosed += 1 } }
+
+    /// A data frame (binary or continuation) of `bytes` payload bytes arrived from the client.
+    func dataFrameIn(bytes: Int) {
+        update {
+            $0.binaryFramesIn += 1
+            $0.bytesIn += bytes
+        }
+    }
+
+    /// A binary frame of `bytes` payload bytes was sent to the client.
+    func dataFrameOut(bytes: Int) {
+        update {
+            $0.binaryFramesOut += 1
+            $0.bytesOut += bytes
+        }
+    }
+}
+
+/// Minimal JSON string quoting (RFC 8259 escapes), so no encoder is needed for one object.
+enum JSONText {
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                out += String(format: "\\u%04x", scalar.value)
+            default:
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+}
