@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "CFAccessTCP", targets: ["CFAccessTCP"]),
         .executable(name: "cf-access-tcp", targets: ["CFAccessTCPTool"]),
         .executable(name: "cf-access-edge", targets: ["AccessEdge"]),
+        .executable(name: "cf-access-tcp-example", targets: ["TunnelExample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -56,6 +57,9 @@ let package = Package(
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log")],
                           swiftSettings: strictSwift),
+        // A runnable example of the library API.
+        .executableTarget(name: "TunnelExample", dependencies: ["CFAccessTCP"], path: "Examples/TunnelExample",
+                          swiftSettings: strictSwift),
         // The local Access edge emulator: SwiftNIO WebSockets (deliberately not libwebsockets).
         .executableTarget(name: "AccessEdge",
                           dependencies: [
@@ -74,7 +78,7 @@ let package = Package(
                     dependencies: ["CFAccessTCP", "AccessCore", .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
-                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport",
+                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2", "CCFShim",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
     ]

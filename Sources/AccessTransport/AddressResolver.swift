@@ -51,4 +51,22 @@ final class AddressResolver: @unchecked Sendable {
         cache.withLock { $0[key] = Entry(address: address, expires: now.addingTimeInterval(ttl)) }
         return .success(address)
     }
+
+    /// Why the kernel has no way to `address` (no route, network down), or nil when it has one.
+    /// A UDP `connect` only looks the route up: no packet is sent.
+    static func routeProblem(address: String, port: Int) -> String? {
+        var hints = addrinfo()
+        hints.ai_flags = AI_NUMERICHOST
+        hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(address, String(port), &hints, &list) == 0, let entry = list else { return nil }
+        defer { freeaddrinfo(list) }
+        let fd = socket(entry.pointee.ai_family, Int32(SOCK_DGRAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if connect(fd, entry.pointee.ai_addr, entry.pointee.ai_addrlen) == 0 { return nil }
+        let err = errno
+        guard err == ENETUNREACH || err == EHOSTUNREACH || err == ENETDOWN || err == EADDRNOTAVAIL else { return nil }
+        return String(cString: strerror(err))
+    }
 }

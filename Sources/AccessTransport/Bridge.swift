@@ -95,7 +95,12 @@ final class Bridge {
         }
         if wsi == nil {
             // Failed synchronously: the wsi no longer exists, whatever callbacks ran before.
-            fail(TunnelFailure.internalError("libwebsockets refused to start the connection"))
+            // libwebsockets says nothing about why; the usual cause is no route to the edge.
+            if let problem = AddressResolver.routeProblem(address: address, port: config.dialPort) {
+                fail(TunnelFailure.networkUnavailable(detail: "\(address):\(config.dialPort): \(problem)"))
+            } else {
+                fail(TunnelFailure.internalError("libwebsockets refused to start the connection to \(address):\(config.dialPort)"))
+            }
             webSocketDone = true
             webSocketReleased = true
         } else if !webSocketDone {
