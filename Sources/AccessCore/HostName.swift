@@ -23,11 +23,6 @@ enum ParsedHost: Equatable {
         if case .ipv6(let address) = self { return "[" + address.text + "]" }
         return text
     }
-
-    var isIPv6: Bool {
-        if case .ipv6 = self { return true }
-        return false
-    }
 }
 
 enum HostName {

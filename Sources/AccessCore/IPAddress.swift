@@ -38,11 +38,6 @@ struct IPv6Address: Equatable {
     /// The eight 16-bit groups, most significant first.
     let groups: [UInt16]
 
-    /// Parses RFC 4291 §2.2 text: eight groups of 1–4 hex digits, one optional `::`, and an
-    /// optional dotted-quad IPv4 tail. No brackets, no zone (`%eth0`).
-    init?(_ text: String) {
-        self.init(scalars: text.scalarArray)
-    }
 
     /// Same as `init?(_:)` on scalars.
     init?(scalars: [Unicode.Scalar]) {

@@ -8,21 +8,19 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
     /// The port, 0...65535; 0 asks the system for a free port.
     public let port: Int
 
-    init(host: String, port: Int) {
+    /// Whether `host` is a loopback address: 127.0.0.0/8, `::1`, or 127.0.0.0/8 mapped into
+    /// IPv6 (`::ffff:127.0.0.1`). Decided by `parse`, which knows the address's family.
+    public let isLoopback: Bool
+
+    init(host: String, port: Int, isLoopback: Bool) {
         self.host = host
         self.port = port
+        self.isLoopback = isLoopback
     }
 
     /// Whether `host` is an IPv6 address.
     public var isIPv6: Bool { host.unicodeScalars.contains(":") }
 
-    /// Whether `host` is a loopback address: 127.0.0.0/8, `::1`, or 127.0.0.0/8 mapped into
-    /// IPv6 (`::ffff:127.0.0.1`).
-    public var isLoopback: Bool {
-        if let v4 = IPv4Address(host) { return v4.isLoopback }
-        if let v6 = IPv6Address(host) { return v6.isLoopback || (v6.mappedIPv4?.isLoopback ?? false) }
-        return false
-    }
 
     /// `host:port`, IPv6 in brackets: `127.0.0.1:2222`, `[::1]:2222`.
     public var description: String {
@@ -105,7 +103,7 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
             throw ConfigurationError("\(flag) must be a numeric loopback address \(example) (got \(shown))")
         }
 
-        let address = ListenAddress(host: host, port: port)
+        let address = ListenAddress(host: host, port: port, isLoopback: loopback)
         if !loopback && !allowNonLoopback {
             throw ConfigurationError(
                 "\(flag) \(address) is not a loopback address and would expose the tunnel to the network: "

@@ -23,8 +23,6 @@ extension String {
         String(scalars: unicodeScalars.map { $0.asciiLowercased })
     }
 
-    /// Whether every scalar is ASCII.
-    var isASCII: Bool { unicodeScalars.allSatisfy(\.isASCII) }
 }
 
 extension Array where Element == Unicode.Scalar {
