@@ -8,6 +8,11 @@ public struct CarrierConfiguration: Sendable {
     public var connectTo: ConnectTarget?
     /// A PEM file of CA certificates to trust instead of the system store.
     public var caFile: String?
+    /// `--resolve HOST:PORT:ADDR` overrides: a dial to HOST:PORT goes to ADDR (Host, SNI and
+    /// verification keep HOST), like curl's.
+    public var resolveOverrides: [ResolveOverride]
+    /// An HTTP proxy to tunnel through with `CONNECT` (from `HTTPS_PROXY`), or nil.
+    public var proxy: ProxySettings?
     /// Which credential the request carries, for the messages of an Access refusal.
     public var credential: CredentialKind
     /// Seconds allowed for TCP connect + TLS + upgrade before the dial fails.
@@ -21,7 +26,10 @@ public struct CarrierConfiguration: Sendable {
 
     /// Creates a configuration.
     public init(request: UpgradeRequest, connectTo: ConnectTarget? = nil, caFile: String? = nil,
-                credential: CredentialKind, handshakeTimeoutSeconds: Int = 15, keepaliveSeconds: Int = 30) {
+                credential: CredentialKind, handshakeTimeoutSeconds: Int = 15, keepaliveSeconds: Int = 30,
+                resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil) {
+        self.resolveOverrides = resolveOverrides
+        self.proxy = proxy
         self.request = request
         self.connectTo = connectTo
         self.caFile = caFile

@@ -102,15 +102,23 @@ public final class CarrierLoop: @unchecked Sendable {
         context = ctx
 
         let caFile = configuration.caFile ?? CarrierConfiguration.systemCABundle
+        let proxyHost = configuration.proxy?.host
         let made: OpaquePointer? = caFile.withCString { ca in
             "cfat-client".withCString { name in
-                var v = lws_context_creation_info()
-                v.port = CONTEXT_PORT_NO_LISTEN
-                v.protocols = UnsafePointer(protocols)
-                v.vhost_name = name
-                v.options = UInt64(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
-                v.client_ssl_ca_filepath = ca
-                return lws_create_vhost(ctx, &v)
+                withOptionalCString(proxyHost) { proxy in
+                    var v = lws_context_creation_info()
+                    v.port = CONTEXT_PORT_NO_LISTEN
+                    v.protocols = UnsafePointer(protocols)
+                    v.vhost_name = name
+                    v.options = UInt64(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
+                    v.client_ssl_ca_filepath = ca
+                    if let proxy, let settings = configuration.proxy {
+                        // Every dial of this vhost goes through the proxy with CONNECT host:port.
+                        v.http_proxy_address = proxy
+                        v.http_proxy_port = UInt32(settings.port)
+                    }
+                    return lws_create_vhost(ctx, &v)
+                }
             }
         }
         guard let made else {
@@ -156,7 +164,18 @@ public final class CarrierLoop: @unchecked Sendable {
     @discardableResult
     public func bridge(socket fd: Int32) -> Int {
         let id = ids.withLock { n -> Int in n += 1; return n }
-        switch resolver.resolve(host: configuration.dialHost, port: configuration.dialPort) {
+        let host = configuration.dialHost
+        let port = configuration.dialPort
+        let resolved: Result<String, TunnelFailure>
+        if let pinned = configuration.resolveOverrides.first(where: { $0.host == host.lowercased() && $0.port == port }) {
+            resolved = .success(pinned.address)
+        } else if configuration.proxy != nil {
+            // The proxy resolves the name (a proxied network may have no DNS of its own).
+            resolved = .success(host)
+        } else {
+            resolved = resolver.resolve(host: host, port: port)
+        }
+        switch resolved {
         case .success(let address):
             post(.bridge(id: id, fd: fd, address: address))
         case .failure(let failure):
@@ -237,4 +256,10 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
         let bridge = Unmanaged<Bridge>.fromOpaque(raw).takeUnretainedValue()
         return bridge.handle(wsi: wsi, reason: reason, user: user, input: input, len: len)
     }
+}
+
+/// Calls `body` with a C string for `text`, or nil.
+private func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+    guard let text else { return body(nil) }
+    return text.withCString { body($0) }
 }

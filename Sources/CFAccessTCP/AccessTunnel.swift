@@ -37,13 +37,20 @@ public actor AccessTunnel {
         public var limits: ListenerLimits
         /// Seconds between WebSocket pings on an idle tunnel (0 = none).
         public var keepaliveInterval: Int
+        /// `--resolve HOST:PORT:ADDR` overrides for the WebSocket dial.
+        public var resolveOverrides: [ResolveOverride]
+        /// An HTTP proxy for the WebSocket dial (see ``ProxySettings/fromEnvironment(_:host:port:)``).
+        public var proxy: ProxySettings?
 
         /// The library's defaults: 127.0.0.1:0, 15 s, retries after 1/5/15 s, one connection,
         /// keepalive every 30 s.
         public init(connectTo: ConnectTarget? = nil, caFile: String? = nil, extraHeaders: [HeaderField] = [],
                     destination: String? = nil, listenAddress: ListenAddress? = nil, connectTimeout: Double = 15,
                     retry: RetryPolicy = .standard, limits: ListenerLimits = .singleConnection,
-                    keepaliveInterval: Int = 30) {
+                    keepaliveInterval: Int = 30, resolveOverrides: [ResolveOverride] = [],
+                    proxy: ProxySettings? = nil) {
+            self.resolveOverrides = resolveOverrides
+            self.proxy = proxy
             self.connectTo = connectTo
             self.caFile = caFile
             self.extraHeaders = extraHeaders
@@ -268,7 +275,8 @@ public actor AccessTunnel {
             return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
                                         credential: kind,
                                         handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
-                                        keepaliveSeconds: options.keepaliveInterval)
+                                        keepaliveSeconds: options.keepaliveInterval,
+                                        resolveOverrides: options.resolveOverrides, proxy: options.proxy)
         } catch {
             throw TunnelFailure.configuration(error)
         }

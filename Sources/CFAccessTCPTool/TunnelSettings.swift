@@ -66,12 +66,15 @@ struct TunnelSettings {
         listen = try pick(flags.url, "TUNNEL_SERVICE_URL").map { raw throws(ConfigurationError) in
             try ListenAddress.parse(raw, allowNonLoopback: flags.allowNonLoopback)
         }
+        let dialHost = connectTo?.address ?? origin.host
+        let dialPort = connectTo?.port ?? origin.effectivePort
+        let proxy = try ProxySettings.fromEnvironment(environment, host: dialHost, port: dialPort)
         options = AccessTunnel.Options(
             connectTo: connectTo, caFile: flags.caFile, extraHeaders: extra, destination: destination,
             listenAddress: listen, connectTimeout: Double(flags.connectTimeout),
             retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: [1, 5, 15]),
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
-            keepaliveInterval: flags.keepalive)
+            keepaliveInterval: flags.keepalive, proxy: proxy)
     }
 }

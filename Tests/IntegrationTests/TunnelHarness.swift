@@ -131,3 +131,44 @@ func residentKiB(pid: pid_t) -> Int? {
     }
     return nil
 }
+
+/// A real HTTP CONNECT proxy (tinyproxy) on 127.0.0.1, logging each CONNECT.
+final class ProxyFixture: @unchecked Sendable {
+    let port: Int
+    let logFile: URL
+    private let directory: URL
+    private let process: ManagedProcess
+
+    init() throws {
+        let tinyproxy = which("tinyproxy")
+        try requireRealPart(tinyproxy != nil, "tinyproxy (package tinyproxy)")
+        directory = try makeTempDir("cfat-proxy")
+        port = try freeLoopbackPort()
+        logFile = directory.appendingPathComponent("proxy.log")
+        let config = directory.appendingPathComponent("tinyproxy.conf")
+        try """
+        Port \(port)
+        Listen 127.0.0.1
+        Timeout 60
+        Allow 127.0.0.1
+        LogLevel Connect
+        LogFile "\(logFile.path)"
+        MaxClients 50
+        """.write(to: config, atomically: true, encoding: .utf8)
+        process = try ManagedProcess(URL(fileURLWithPath: tinyproxy!), ["-d", "-c", config.path])
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while !loopbackPortAccepts(port) {
+            guard Date() < deadline, process.isRunning else {
+                throw FixtureError("tinyproxy did not start: \(process.outputReport())")
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
+
+    var log: String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
+
+    deinit {
+        process.terminate()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
