@@ -1,0 +1,1 @@
+"""Helpers of scripts/bench: processes and /proc figures, loads, reporting."""
