@@ -32,12 +32,12 @@ public struct ProxySettings: Sendable, Equatable, CustomStringConvertible {
     public static func parse(_ raw: String) throws(ConfigurationError) -> ProxySettings {
         var rest = Substring(raw.trimmingSpaces)
         let shown = Display.quoted(Redaction.url(String(rest)))
-        if let range = rest.range(of: "://") {
-            let scheme = rest[..<range.lowerBound].lowercased()
+        if let colon = rest.firstIndex(of: ":"), rest[colon...].hasPrefix("://") {
+            let scheme = rest[..<colon].lowercased()
             guard scheme == "http" else {
                 throw ConfigurationError("HTTPS_PROXY \(shown) uses \(scheme)://: only http:// proxies (CONNECT) are supported")
             }
-            rest = rest[range.upperBound...]
+            rest = rest[rest.index(colon, offsetBy: 3)...]
         }
         if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
         guard !rest.contains("@") else {
