@@ -69,6 +69,7 @@ let package = Package(
                               .product(name: "NIOHTTP1", package: "swift-nio"),
                               .product(name: "NIOWebSocket", package: "swift-nio"),
                               .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                              "CCFSodium", "CCFOpenSSL",
                           ],
                           swiftSettings: strictSwift),
 

@@ -23,9 +23,10 @@ struct AccessPolicy: Sendable {
     /// Fixed TCP target; when `nil`, `Cf-Access-Jump-Destination` picks it.
     var fixedTarget: HostPort?
     var serviceTokens: [ServiceToken]
+    /// Fixed `Cf-Access-Token` strings accepted as they are (`--app-token`).
     var appTokens: Set<String>
-    /// Team name: the login redirect goes to `<team>.cloudflareaccess.com`.
-    var team: String
+    /// Issues and checks the JWTs; its team and AUD shape the login redirect.
+    var authority: AccessAuthority
     /// When set, every upgrade is answered with this status.
     var forcedStatus: HTTPResponseStatus?
 }
@@ -78,25 +79,33 @@ extension AccessPolicy {
         return .accept(target: target)
     }
 
-    /// True when the request carries a configured service token pair or app token.
+    /// True when the request carries a configured service token pair, a fixed app token, or
+    /// an app token JWT the authority issued and still accepts (as `Cf-Access-Token` or as
+    /// the `CF_Authorization` cookie).
     func isAuthorized(_ headers: HTTPHeaders) -> Bool {
         if let id = headers.first(name: "Cf-Access-Client-Id"),
            let secret = headers.first(name: "Cf-Access-Client-Secret"),
            serviceTokens.contains(where: { $0.id == id && $0.secret == secret }) {
             return true
         }
-        if let token = headers.first(name: "Cf-Access-Token"), appTokens.contains(token) {
+        if let token = headers.first(name: "Cf-Access-Token"),
+           appTokens.contains(token) || authority.isValidAppToken(token) {
+            return true
+        }
+        if let cookie = EdgeRequest.cookies(in: headers)["CF_Authorization"], authority.isValidAppToken(cookie) {
             return true
         }
         return false
     }
 
     /// The `302` Access answers when it wants a login:
-    /// `https://<team>.cloudflareaccess.com/cdn-cgi/access/login/<host>?kid=<aud>&redirect_url=<uri>`.
+    /// `https://<team>.cloudflareaccess.com[:port]/cdn-cgi/access/login/<host>?kid=<aud>&redirect_url=<uri>`,
+    /// the port being the one in the request's `Host` (none when it has none).
     func loginRedirect(for head: HTTPRequestHead) -> EdgeResponse {
-        let host = Self.hostWithoutPort(head.headers.first(name: "Host") ?? "")
-        let location = "https://\(team).cloudflareaccess.com/cdn-cgi/access/login/\(host)"
-            + "?kid=\(Self.audience(for: host))"
+        let request = EdgeRequest(head)
+        let settings = authority.settings
+        let location = "https://\(settings.authDomain)\(request.portSuffix)/cdn-cgi/access/login/\(request.host)"
+            + "?kid=\(settings.audience)"
             + "&redirect_url=\(Self.percentEncoded(head.uri))"
         return EdgeResponse(status: .found, headers: [("Location", location)], body: "")
     }
@@ -117,34 +126,6 @@ extension AccessPolicy {
             }
         }
         return "\(error)"
-    }
-
-    /// `Host` header value without its port (IPv6 literals keep their brackets), lower-cased.
-    static func hostWithoutPort(_ value: String) -> String {
-        let trimmed = value.trimmingCharacters(in: .whitespaces).lowercased()
-        if trimmed.hasPrefix("["), let close = trimmed.firstIndex(of: "]") {
-            return String(trimmed[...close])
-        }
-        if let colon = trimmed.firstIndex(of: ":") {
-            return String(trimmed[..<colon])
-        }
-        return trimmed.isEmpty ? "unknown-host" : trimmed
-    }
-
-    /// A stable 64-hex-digit stand-in for an application AUD, derived from the host
-    /// (four FNV-1a 64 hashes with different seeds; not cryptographic, only deterministic).
-    static func audience(for host: String) -> String {
-        let seeds: [UInt64] = [0xcbf2_9ce4_8422_2325, 0x8422_2325_cbf2_9ce4,
-                               0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f]
-        return seeds.map { seed -> String in
-            var hash = seed
-            for byte in host.utf8 {
-                hash ^= UInt64(byte)
-                hash = hash &* 0x0000_0100_0000_01b3
-            }
-            let hex = String(hash, radix: 16)
-            return String(repeating: "0", count: 16 - hex.count) + hex
-        }.joined()
     }
 
     /// Percent-encodes everything except RFC 3986 unreserved characters.

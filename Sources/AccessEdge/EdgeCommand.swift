@@ -17,7 +17,9 @@ extension EdgeCommand {
     /// `serve`: the TLS WebSocket edge.
     struct Serve: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Serve WebSocket tunnels over TLS with Access-style credential checks."
+            abstract: "Serve WebSocket tunnels over TLS with Access-style credential checks, and Cloudflare's "
+                + "side of the login protocol (metadata, JWKS, cli page, transfer, org-token exchange).",
+            discussion: "Every endpoint, knob and admin call is described in reference/EMULATOR.md."
         )
 
         @Option(help: "Address to listen on, HOST:PORT (port 0 picks a free one).")
@@ -38,7 +40,7 @@ extension EdgeCommand {
         @Option(name: .customLong("app-token"), help: "Accepted Cf-Access-Token value (repeatable).")
         var appTokens: [String] = []
 
-        @Option(help: "Access team name used in login redirects.")
+        @Option(help: "Access team name: the auth domain is <team>.cloudflareaccess.com.")
         var team = "emulator"
 
         @Option(name: .customLong("force-status"), help: "Answer every WebSocket upgrade with this HTTP status.")
@@ -51,22 +53,79 @@ extension EdgeCommand {
         @Flag(help: "Log each upgrade and tunnel event to stderr.")
         var verbose = false
 
+        // MARK: Login protocol (reference/EMULATOR.md)
+
+        @Option(help: "Application AUD (64 hex digits by default; any non-empty text without spaces).")
+        var aud = AuthSettings.defaultAudience
+
+        @Option(name: .customLong("app-hostname"),
+                help: "Metadata app_hostname claim (empty: clients use the hostname).")
+        var appHostname = ""
+
+        @Option(name: .customLong("metadata-mode"),
+                help: "How app discovery answers: a good JWT, or a fault for client tests.")
+        var metadataMode: MetadataMode = .ok
+
+        @Option(name: .customLong("transfer-mode"),
+                help: "How the transfer service answers polls: normally, or a fault for client tests.")
+        var transferMode: TransferMode = .ok
+
+        @Option(name: .customLong("login-mode"),
+                help: "auto: opening the cli page completes the login; manual: only POST /cdn-cgi/edge/admin/complete does.")
+        var loginMode: LoginMode = .auto
+
+        @Option(name: .customLong("rotate-kid-after"),
+                help: "Rotate the signing key after this many metadata JWTs signed with it (0 = never).")
+        var rotateKidAfter = 0
+
+        @Option(name: .customLong("token-ttl"), help: "App token lifetime in seconds.")
+        var tokenTTL = 3600
+
+        @Option(name: .customLong("org-token-ttl"), help: "Org token lifetime in seconds.")
+        var orgTokenTTL = 86_400
+
+        @Option(name: .customLong("login-email"), help: "Email claim of the emulated signed-in user.")
+        var loginEmail = "user@example.test"
+
         func validate() throws {
-            _ = try parsedConfiguration()
+            _ = try checkedOptions()
         }
 
         func run() throws {
-            let configuration = try parsedConfiguration()
+            let options = try checkedOptions()
+            let stats = EdgeStats()
+            let authority = try AccessAuthority(settings: options.settings, stats: stats)
+            let configuration = options.configuration(authority: authority)
             try ServerLifecycle.run(
                 address: configuration.listen,
                 start: { group in
-                    try EdgeServer(configuration: configuration, group: group).start()
+                    try EdgeServer(configuration: configuration, stats: stats, group: group).start()
                 },
                 announce: { "cf-access-edge listening on \($0)" }
             )
         }
 
-        private func parsedConfiguration() throws -> EdgeServerConfiguration {
+        /// The options, checked; the signing key is only made in `run`.
+        private struct CheckedOptions {
+            var listen: HostPort
+            var cert: String
+            var key: String
+            var fixedTarget: HostPort?
+            var serviceTokens: [ServiceToken]
+            var appTokens: Set<String>
+            var forcedStatus: HTTPResponseStatus?
+            var tunnel: TunnelSettings
+            var settings: AuthSettings
+
+            func configuration(authority: AccessAuthority) -> EdgeServerConfiguration {
+                let policy = AccessPolicy(fixedTarget: fixedTarget, serviceTokens: serviceTokens,
+                                          appTokens: appTokens, authority: authority, forcedStatus: forcedStatus)
+                return EdgeServerConfiguration(listen: listen, certificatePath: cert, keyPath: key,
+                                               policy: policy, tunnel: tunnel)
+            }
+        }
+
+        private func checkedOptions() throws -> CheckedOptions {
             guard let listenAddress = HostPort(parsing: listen, allowsZeroPort: true) else {
                 throw ValidationError("--listen must be HOST:PORT, got '\(listen)'")
             }
@@ -100,11 +159,24 @@ extension EdgeCommand {
                 throw ValidationError("--idle-timeout must be a number of seconds >= 0")
             }
             let idle: TimeAmount? = idleTimeout > 0 ? .nanoseconds(Int64(idleTimeout * 1e9)) : nil
-            let policy = AccessPolicy(fixedTarget: fixedTarget, serviceTokens: tokens,
-                                      appTokens: Set(appTokens), team: team.lowercased(), forcedStatus: forced)
-            return EdgeServerConfiguration(listen: listenAddress, certificatePath: cert, keyPath: key,
-                                           policy: policy,
-                                           tunnel: TunnelSettings(idleTimeout: idle, log: EdgeLog(verbose: verbose)))
+            guard !aud.isEmpty, !aud.contains(where: { $0.isWhitespace || $0 == "&" || $0 == "#" }) else {
+                throw ValidationError("--aud must be non-empty, without spaces, '&' or '#'")
+            }
+            guard appHostname.isEmpty || CertificateFactory.isValidHost(appHostname) else {
+                throw ValidationError("--app-hostname '\(appHostname)' is not a host name")
+            }
+            guard rotateKidAfter >= 0 else { throw ValidationError("--rotate-kid-after must be >= 0") }
+            guard tokenTTL > 0 else { throw ValidationError("--token-ttl must be > 0 seconds") }
+            guard orgTokenTTL > 0 else { throw ValidationError("--org-token-ttl must be > 0 seconds") }
+            guard loginEmail.contains("@") else { throw ValidationError("--login-email must be an email address") }
+            let settings = AuthSettings(team: team.lowercased(), audience: aud, appHostname: appHostname,
+                                        metadataMode: metadataMode, transferMode: transferMode,
+                                        loginMode: loginMode, rotateKidAfter: rotateKidAfter,
+                                        appTokenTTL: tokenTTL, orgTokenTTL: orgTokenTTL, email: loginEmail)
+            return CheckedOptions(listen: listenAddress, cert: cert, key: key, fixedTarget: fixedTarget,
+                                  serviceTokens: tokens, appTokens: Set(appTokens), forcedStatus: forced,
+                                  tunnel: TunnelSettings(idleTimeout: idle, log: EdgeLog(verbose: verbose)),
+                                  settings: settings)
         }
     }
 

@@ -12,10 +12,11 @@ final class ConnectionState {
 }
 
 /// Answers every request that did not become a WebSocket: refused upgrades (302, 400, 502,
-/// forced status), `GET /cdn-cgi/edge/stats`, and 404 for anything else.
+/// forced status), `GET /cdn-cgi/edge/stats`, and the login protocol and admin API of
+/// `AuthRoutes`.
 ///
 /// Every answer carries `Connection: close` and the connection is closed after it, so a
-/// refused upgrade never leaves a half-used connection behind.
+/// refused upgrade never leaves a half-used connection behind. A `HEAD` answer has no body.
 final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -29,13 +30,15 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let state: ConnectionState
     private let policy: AccessPolicy
     private let stats: EdgeStats
+    private let routes: AuthRoutes
     private var requestHead: HTTPRequestHead?
     private var responding = false
 
-    init(state: ConnectionState, policy: AccessPolicy, stats: EdgeStats) {
+    init(state: ConnectionState, routes: AuthRoutes) {
         self.state = state
-        self.policy = policy
-        self.stats = stats
+        self.policy = routes.policy
+        self.stats = routes.stats
+        self.routes = routes
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -48,7 +51,12 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             guard let head = requestHead, !responding else { return }
             requestHead = nil
             responding = true
-            send(response(to: head), context: context)
+            switch reply(to: head) {
+            case .response(let response):
+                send(response, omittingBody: head.method == .HEAD, context: context)
+            case .noAnswer:
+                break
+            }
         }
     }
 
@@ -58,21 +66,21 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.close(promise: nil)
     }
 
-    private func response(to head: HTTPRequestHead) -> EdgeResponse {
+    private func reply(to head: HTTPRequestHead) -> EdgeReply {
         if Self.isWebSocketUpgrade(head) {
             if let rejection = state.pendingRejection {
                 state.pendingRejection = nil
-                return rejection
+                return .response(rejection)
             }
-            return handshakeRejection(head)
+            return .response(handshakeRejection(head))
         }
         let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         if head.method == .GET && path == Self.statsPath {
-            return EdgeResponse(status: .ok,
-                                headers: [("Content-Type", "application/json")],
-                                body: stats.snapshot().json)
+            return .response(EdgeResponse(status: .ok,
+                                          headers: [("Content-Type", "application/json")],
+                                          body: stats.snapshot().json))
         }
-        return .text(.notFound, "not found")
+        return routes.reply(to: head)
     }
 
     /// An upgrade request the WebSocket upgrader turned down before asking us (bad
@@ -88,14 +96,14 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                      "invalid WebSocket handshake (need Sec-WebSocket-Key and Sec-WebSocket-Version: 13)")
     }
 
-    private func send(_ response: EdgeResponse, context: ChannelHandlerContext) {
+    private func send(_ response: EdgeResponse, omittingBody: Bool, context: ChannelHandlerContext) {
         var headers = HTTPHeaders(response.headers)
         headers.replaceOrAdd(name: "Server", value: "cf-access-edge")
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.utf8.count))
         headers.replaceOrAdd(name: "Connection", value: "close")
         let head = HTTPResponseHead(version: .http1_1, status: response.status, headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if !response.body.isEmpty {
+        if !response.body.isEmpty && !omittingBody {
             let body = context.channel.allocator.buffer(string: response.body)
             context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         }

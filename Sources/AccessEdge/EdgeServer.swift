@@ -25,15 +25,18 @@ enum SocketTuning {
     }
 }
 
-/// The Access edge emulator: TLS, HTTP/1.1, WebSocket upgrade with Access-style checks, and a
-/// TCP tunnel per accepted WebSocket.
+/// The Access edge emulator: TLS, HTTP/1.1, WebSocket upgrade with Access-style checks, a
+/// TCP tunnel per accepted WebSocket, and Cloudflare's login endpoints (`AuthRoutes`) on the
+/// same listener.
 final class EdgeServer: Sendable {
-    let stats = EdgeStats()
+    let stats: EdgeStats
     private let configuration: EdgeServerConfiguration
     private let group: any EventLoopGroup
 
-    init(configuration: EdgeServerConfiguration, group: any EventLoopGroup) {
+    /// `stats` must be the one the configuration's `AccessAuthority` counts into.
+    init(configuration: EdgeServerConfiguration, stats: EdgeStats, group: any EventLoopGroup) {
         self.configuration = configuration
+        self.stats = stats
         self.group = group
     }
 
@@ -104,7 +107,8 @@ final class EdgeServer: Sendable {
                 _ = context.pipeline.syncOperations.removeHandler(name: EdgeHTTPHandler.handlerName)
             })
         )
-        try pipeline.addHandler(EdgeHTTPHandler(state: state.value, policy: configuration.policy, stats: stats),
+        let routes = AuthRoutes(policy: configuration.policy, stats: stats, log: configuration.tunnel.log)
+        try pipeline.addHandler(EdgeHTTPHandler(state: state.value, routes: routes),
                                 name: EdgeHTTPHandler.handlerName)
         channel.closeFuture.whenComplete { _ in
             // A target dialled for an upgrade that never completed.

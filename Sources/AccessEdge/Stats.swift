@@ -17,6 +17,19 @@ struct EdgeStatsSnapshot: Sendable, Equatable {
     var closeFramesReceived = 0
     var pingsReceived = 0
     var idleClosed = 0
+    // Login protocol (Cloudflare's side).
+    var metadataRequests = 0
+    var jwksRequests = 0
+    var cliPageRequests = 0
+    var transferPolls = 0
+    var transfersDelivered = 0
+    var orgExchanges = 0
+    var tokenChecks = 0
+    var loginsCompleted = 0
+    var appTokensIssued = 0
+    var orgTokensIssued = 0
+    var revocations = 0
+    var keyRotations = 0
     var lastUserAgent = ""
     var lastHeaderNames: [String] = []
 
@@ -34,6 +47,18 @@ struct EdgeStatsSnapshot: Sendable, Equatable {
             ("closeFramesReceived", closeFramesReceived),
             ("pingsReceived", pingsReceived),
             ("idleClosed", idleClosed),
+            ("metadataRequests", metadataRequests),
+            ("jwksRequests", jwksRequests),
+            ("cliPageRequests", cliPageRequests),
+            ("transferPolls", transferPolls),
+            ("transfersDelivered", transfersDelivered),
+            ("orgExchanges", orgExchanges),
+            ("tokenChecks", tokenChecks),
+            ("loginsCompleted", loginsCompleted),
+            ("appTokensIssued", appTokensIssued),
+            ("orgTokensIssued", orgTokensIssued),
+            ("revocations", revocations),
+            ("keyRotations", keyRotations),
         ]
         var fields = numbers.map { "\"\($0.0)\":\($0.1)" }
         fields.append("\"lastUserAgent\":\(JSONText.quoted(lastUserAgent))")
@@ -87,6 +112,26 @@ final class EdgeStats: @unchecked Sendable {
     func pingReceived() { update { $0.pingsReceived += 1 } }
     func idleTunnelClosed() { update { $0.idleClosed += 1 } }
 
+    /// Counts one login-protocol event.
+    func record(_ event: AuthEvent) {
+        update {
+            switch event {
+            case .metadataRequest: $0.metadataRequests += 1
+            case .jwksRequest: $0.jwksRequests += 1
+            case .cliPageRequest: $0.cliPageRequests += 1
+            case .transferPoll: $0.transferPolls += 1
+            case .transferDelivered: $0.transfersDelivered += 1
+            case .orgExchange: $0.orgExchanges += 1
+            case .tokenCheck: $0.tokenChecks += 1
+            case .loginCompleted: $0.loginsCompleted += 1
+            case .appTokenIssued: $0.appTokensIssued += 1
+            case .orgTokenIssued: $0.orgTokensIssued += 1
+            case .tokensRevoked: $0.revocations += 1
+            case .keyRotated: $0.keyRotations += 1
+            }
+        }
+    }
+
     /// A data frame (binary or continuation) of `bytes` payload bytes arrived from the client.
     func dataFrameIn(bytes: Int) {
         update {
@@ -102,6 +147,34 @@ final class EdgeStats: @unchecked Sendable {
             $0.bytesOut += bytes
         }
     }
+}
+
+/// A login-protocol event the stats count.
+enum AuthEvent: Sendable {
+    /// A request with `cf-access-metadata-request: true` (answered with or without metadata).
+    case metadataRequest
+    /// `GET /cdn-cgi/access/certs` on the auth domain.
+    case jwksRequest
+    /// A request for `/cdn-cgi/access/cli` (valid or not).
+    case cliPageRequest
+    /// A request for `/transfer/<key>` (any answer).
+    case transferPoll
+    /// A transfer poll answered 200.
+    case transferDelivered
+    /// `/cdn-cgi/access/authorized` spent a `CF_AppSession` and set an app token.
+    case orgExchange
+    /// A request with `cloudflared_token_check=true` (valid or not).
+    case tokenCheck
+    /// A login was completed (cli page in `auto` mode, or the admin call).
+    case loginCompleted
+    /// An app token was issued.
+    case appTokenIssued
+    /// An org token was issued.
+    case orgTokenIssued
+    /// `POST /cdn-cgi/edge/admin/revoke` ran.
+    case tokensRevoked
+    /// The signing key was rotated.
+    case keyRotated
 }
 
 /// Minimal JSON string quoting (RFC 8259 escapes), so no encoder is needed for one object.

@@ -1,0 +1,263 @@
+import Foundation
+import NIOHTTP1
+
+/// How the HTTP handler answers a request.
+enum EdgeReply {
+    /// Send this response, then close.
+    case response(EdgeResponse)
+    /// Send nothing; the connection stays open until the client closes it
+    /// (`--transfer-mode hang`).
+    case noAnswer
+}
+
+/// Cloudflare's side of the login protocol and the emulator's admin API, routed by `Host`
+/// and path (reference/EMULATOR.md lists every endpoint):
+///
+/// - any host, path under `/cdn-cgi/edge/admin/`: the admin API (POST);
+/// - any host with `cf-access-metadata-request: true`: app discovery (`cf-access-metadata`);
+/// - `<team>.cloudflareaccess.com`: `/cdn-cgi/access/certs` (JWKS), `/cdn-cgi/access/login/<app host>`;
+/// - `login.cloudflareaccess.org` (and `login.fed.…`): `/transfer/<client public key>`;
+/// - any other host is the application: `/cdn-cgi/access/cli`, `/cdn-cgi/access/authorized`,
+///   `?cloudflared_token_check=true`, and every other path as an Access-protected page.
+struct AuthRoutes: Sendable {
+    /// Path prefix of the admin API.
+    static let adminPrefix = "/cdn-cgi/edge/admin/"
+    /// The cookie holding a token.
+    static let tokenCookie = "CF_Authorization"
+    /// The one-shot session cookie between the login endpoint and `/cdn-cgi/access/authorized`.
+    static let sessionCookie = "CF_AppSession"
+
+    let policy: AccessPolicy
+    let stats: EdgeStats
+    let log: EdgeLog
+
+    private var authority: AccessAuthority { policy.authority }
+    private var settings: AuthSettings { policy.authority.settings }
+
+    /// Answers one request that is not a WebSocket upgrade.
+    func reply(to head: HTTPRequestHead) -> EdgeReply {
+        let request = EdgeRequest(head)
+        do {
+            return try route(request, head: head)
+        } catch {
+            log.error("\(request.method) \(request.path) failed: \(error)")
+            return .response(.text(.internalServerError, "emulator error: \(error)"))
+        }
+    }
+
+    private func route(_ request: EdgeRequest, head: HTTPRequestHead) throws -> EdgeReply {
+        if request.path.hasPrefix(Self.adminPrefix) {
+            return .response(try admin(request))
+        }
+        if request.headers.first(name: "cf-access-metadata-request")?.lowercased() == "true" {
+            return .response(try metadata(request))
+        }
+        if request.host == settings.authDomain {
+            if request.path == "/cdn-cgi/access/certs" {
+                guard request.method == .GET || request.method == .HEAD else { return .response(Self.onlyGET) }
+                stats.record(.jwksRequest)
+                return .response(EdgeResponse(status: .ok, headers: [("Content-Type", "application/json")],
+                                              body: authority.jwksJSON()))
+            }
+            if request.path.hasPrefix("/cdn-cgi/access/login/") {
+                return .response(login(request))
+            }
+            return .response(.text(.notFound, "not found"))
+        }
+        if AuthSettings.transferHosts.contains(request.host) {
+            guard request.path.hasPrefix("/transfer/") else { return .response(.text(.notFound, "not found")) }
+            guard request.method == .GET else { return .response(Self.onlyGET) }
+            return transfer(request)
+        }
+        switch request.path {
+        case "/cdn-cgi/access/cli":
+            return .response(try cliPage(request))
+        case "/cdn-cgi/access/authorized":
+            return .response(try authorized(request))
+        default:
+            break
+        }
+        let signedIn = policy.isAuthorized(request.headers)
+        if request.query["cloudflared_token_check"] == "true" {
+            stats.record(.tokenCheck)
+            log.info("token check on \(request.host): \(signedIn ? "valid" : "invalid")")
+            return .response(signedIn ? .text(.ok, "token ok") : policy.loginRedirect(for: head))
+        }
+        guard signedIn else { return .response(policy.loginRedirect(for: head)) }
+        return .response(.html(.ok, "Access application \(request.host)",
+                               "You are signed in to this emulated Access application."))
+    }
+
+    // MARK: Endpoints
+
+    /// App discovery: `cf-access-metadata: <JWT>`, no redirect, no body.
+    private func metadata(_ request: EdgeRequest) throws -> EdgeResponse {
+        stats.record(.metadataRequest)
+        guard let token = try authority.metadataToken(host: request.host) else {
+            log.info("metadata for \(request.host): header left out (--metadata-mode missing)")
+            return .text(.ok, "no Access application here")
+        }
+        log.info("metadata for \(request.host) (\(settings.metadataMode.rawValue))")
+        return EdgeResponse(status: .ok, headers: [("cf-access-metadata", token)], body: "")
+    }
+
+    /// `/cdn-cgi/access/cli`: "the browser opened the login page".
+    private func cliPage(_ request: EdgeRequest) throws -> EdgeResponse {
+        stats.record(.cliPageRequest)
+        guard request.method == .GET || request.method == .HEAD else { return Self.onlyGET }
+        guard let key = request.query["token"], AccessAuthority.clientPublicKey(key) != nil else {
+            return .text(.badRequest, "token must be the client's 32-byte public key, base64 URL alphabet with padding")
+        }
+        guard request.query["aud"] == settings.audience else {
+            return .text(.badRequest, "aud does not name this application")
+        }
+        guard request.query["edge_token_transfer"] == "true" else {
+            return .text(.badRequest, "only the edge token transfer is emulated: send edge_token_transfer=true")
+        }
+        guard let redirect = request.query["redirect_url"], !redirect.isEmpty else {
+            return .text(.badRequest, "redirect_url is missing")
+        }
+        let sendOrgToken = request.query["send_org_token"] == "true"
+        switch try authority.openLogin(publicKey: key, sendOrgToken: sendOrgToken) {
+        case .completed:
+            log.info("login page on \(request.host): completed")
+            return .html(.ok, "Login complete", "You may close this window.")
+        case .waitingForApproval:
+            log.info("login page on \(request.host): waiting for the admin call")
+            return .html(.ok, "Waiting for approval",
+                         "This login will be finished from another device. You may close this window.")
+        }
+    }
+
+    /// The transfer service: 404 until completed, then one 200 with the sealed tokens.
+    private func transfer(_ request: EdgeRequest) -> EdgeReply {
+        stats.record(.transferPoll)
+        let key = EdgeRequest.percentDecoded(String(request.path.dropFirst("/transfer/".count)), plusIsSpace: false)
+        guard AccessAuthority.clientPublicKey(key) != nil else {
+            return .response(.text(.badRequest, "not a client public key"))
+        }
+        switch authority.poll(publicKey: key) {
+        case .notYet:
+            return .response(.text(.notFound, "login not completed yet"))
+        case .serviceError:
+            return .response(.text(.internalServerError, "transfer service error (emulated)"))
+        case .hang:
+            log.info("transfer poll left unanswered (--transfer-mode hang)")
+            return .noAnswer
+        case .delivered(let body, let servicePublicKey):
+            log.info("transfer delivered (\(settings.transferMode.rawValue))")
+            return .response(EdgeResponse(status: .ok,
+                                          headers: [("Content-Type", "text/plain"),
+                                                    ("service-public-key", servicePublicKey)],
+                                          body: body))
+        }
+    }
+
+    /// `<team>.cloudflareaccess.com/cdn-cgi/access/login/<app host>`: with a valid org token
+    /// cookie, a 302 to the app's `/cdn-cgi/access/authorized` setting `CF_AppSession`;
+    /// otherwise the login page (200).
+    private func login(_ request: EdgeRequest) -> EdgeResponse {
+        let appHost = EdgeRequest.percentDecoded(String(request.path.dropFirst("/cdn-cgi/access/login/".count)),
+                                                 plusIsSpace: false).lowercased()
+        guard !appHost.isEmpty, !appHost.contains("/") else { return .text(.badRequest, "no application host") }
+        guard let orgToken = request.cookies[Self.tokenCookie], let email = authority.orgTokenEmail(orgToken) else {
+            log.info("login page for \(appHost): no valid org token, showing the sign-in page")
+            return .html(.ok, "Sign in to \(settings.team)", "Sign in with your identity provider to reach \(appHost).")
+        }
+        var redirect = request.query["redirect_url"] ?? "/"
+        if !redirect.hasPrefix("/") { redirect = "/" }
+        let session = authority.startAppSession(email: email, host: appHost, redirectPath: redirect)
+        let location = "https://\(appHost)\(request.portSuffix)/cdn-cgi/access/authorized?redirect_url="
+            + AccessPolicy.percentEncoded(redirect)
+        log.info("login for \(appHost): org token accepted, on to /cdn-cgi/access/authorized")
+        return EdgeResponse(status: .found,
+                            headers: [("Location", location),
+                                      ("Set-Cookie", Self.cookie(Self.sessionCookie, session))],
+                            body: "")
+    }
+
+    /// `/cdn-cgi/access/authorized`: spends `CF_AppSession`, sets `CF_Authorization=<app token>`
+    /// and redirects to the original path; 403 without a valid session.
+    private func authorized(_ request: EdgeRequest) throws -> EdgeResponse {
+        guard let session = request.cookies[Self.sessionCookie],
+              let (token, path) = try authority.finishAppSession(session, host: request.host) else {
+            log.info("authorized on \(request.host): no valid CF_AppSession")
+            return .text(.forbidden, "no valid CF_AppSession cookie")
+        }
+        stats.record(.orgExchange)
+        log.info("authorized on \(request.host): app token set")
+        return EdgeResponse(status: .found,
+                            headers: [("Location", request.origin + path),
+                                      ("Set-Cookie", Self.cookie(Self.tokenCookie, token))],
+                            body: "")
+    }
+
+    // MARK: Admin API
+
+    private func admin(_ request: EdgeRequest) throws -> EdgeResponse {
+        let action = String(request.path.dropFirst(Self.adminPrefix.count))
+        guard ["complete", "revoke", "rotate-key", "issue"].contains(action) else {
+            return .text(.notFound, "unknown admin action '\(action)': complete, revoke, rotate-key, issue")
+        }
+        guard request.method == .POST else {
+            return EdgeResponse(status: .methodNotAllowed, headers: [("Allow", "POST")], body: "use POST\n")
+        }
+        switch action {
+        case "complete":
+            guard let key = request.query["token"], AccessAuthority.clientPublicKey(key) != nil else {
+                return .text(.badRequest, "token must be the client's 32-byte public key, base64 URL alphabet with padding")
+            }
+            let fresh = try authority.completeLogin(publicKey: key, email: request.query["email"])
+            log.info("admin: login \(fresh ? "completed" : "was already completed")")
+            return .text(.ok, fresh ? "completed" : "already completed")
+        case "revoke":
+            let count = authority.revokeAllAppTokens()
+            log.info("admin: revoked \(count) app tokens")
+            return .text(.ok, "revoked \(count) app tokens")
+        case "rotate-key":
+            let kid = try authority.rotateKey()
+            log.info("admin: signing key rotated")
+            return EdgeResponse(status: .ok, headers: [("Content-Type", "text/plain")], body: kid)
+        default:
+            let kind: TokenKind
+            switch request.query["kind"] ?? "app" {
+            case "app": kind = .app
+            case "org": kind = .org
+            default: return .text(.badRequest, "kind must be app or org")
+            }
+            var ttl: Int?
+            if let text = request.query["ttl"] {
+                guard let value = Int(text) else { return .text(.badRequest, "ttl must be whole seconds (may be negative)") }
+                ttl = value
+            }
+            let token = try authority.issue(kind: kind, audience: request.query["aud"], ttl: ttl,
+                                            email: request.query["email"])
+            log.info("admin: issued an \(kind.rawValue) token")
+            return EdgeResponse(status: .ok, headers: [("Content-Type", "application/jwt")], body: token)
+        }
+    }
+
+    // MARK: Helpers
+
+    private static let onlyGET = EdgeResponse(status: .methodNotAllowed, headers: [("Allow", "GET, HEAD")],
+                                              body: "use GET\n")
+
+    /// `name=value; Path=/; Secure; HttpOnly; SameSite=None`.
+    private static func cookie(_ name: String, _ value: String) -> String {
+        "\(name)=\(value); Path=/; Secure; HttpOnly; SameSite=None"
+    }
+}
+
+extension EdgeResponse {
+    /// A tiny HTML page.
+    static func html(_ status: HTTPResponseStatus, _ title: String, _ message: String) -> EdgeResponse {
+        let body = "<!doctype html><html><head><title>\(escaped(title))</title></head>"
+            + "<body><h1>\(escaped(title))</h1><p>\(escaped(message))</p></body></html>\n"
+        return EdgeResponse(status: status, headers: [("Content-Type", "text/html; charset=utf-8")], body: body)
+    }
+
+    private static func escaped(_ text: String) -> String {
+        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+            .replacingOccurrences(of: ">", with: "&gt;")
+    }
+}
