@@ -53,6 +53,9 @@ extension EdgeCommand {
         @Flag(help: "Log each upgrade and tunnel event to stderr.")
         var verbose = false
 
+        @Flag(name: .customLong("ignore-pings"), help: "Count WebSocket pings but never answer them (a dead path, for keepalive tests).")
+        var ignorePings = false
+
         // MARK: Login protocol (reference/EMULATOR.md)
 
         @Option(help: "Application AUD (64 hex digits by default; any non-empty text without spaces).")
@@ -175,7 +178,7 @@ extension EdgeCommand {
                                         appTokenTTL: tokenTTL, orgTokenTTL: orgTokenTTL, email: loginEmail)
             return CheckedOptions(listen: listenAddress, cert: cert, key: key, fixedTarget: fixedTarget,
                                   serviceTokens: tokens, appTokens: Set(appTokens), forcedStatus: forced,
-                                  tunnel: TunnelSettings(idleTimeout: idle, log: EdgeLog(verbose: verbose)),
+                                  tunnel: TunnelSettings(idleTimeout: idle, log: EdgeLog(verbose: verbose), answerPings: !ignorePings),
                                   settings: settings)
         }
     }

@@ -8,6 +8,8 @@ struct TunnelSettings: Sendable {
     /// How long a closing side may take to drain (or to answer our Close) before it is cut.
     var closeGrace: TimeAmount = .seconds(3)
     var log: EdgeLog
+    /// Answer pings with pongs (off to play a dead path for client keepalive tests).
+    var answerPings = true
 }
 
 /// Joins an upgraded WebSocket channel and a connected TCP channel into one tunnel.
@@ -128,7 +130,7 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
         case .ping:
             stats.pingReceived()
             lastActivity = .now()
-            guard !sentClose else { return }
+            guard !sentClose, settings.answerPings else { return }
             let pong = WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)
             context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
         case .pong:

@@ -136,6 +136,23 @@ struct LibraryIntegrationTests {
         #expect(stats.idleClosed >= 1)
     }
 
+    @Test("keepalive: when the edge stops answering pings, the tunnel is closed after three intervals, with a log line")
+    func unansweredPingsCloseTheTunnel() async throws {
+        let echoTarget = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address,
+                                   serviceTokens: [(testTokenID, testTokenSecret)], extraArguments: ["--ignore-pings"])
+        let store = InMemoryLogHandlerStore()
+        let logger = Logger(label: "test") { _ in InMemoryLogHandler(store: store) }
+        let tunnel = AccessTunnel(options: options(edge: edge, keepalive: 1), logger: logger)
+        let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
+        let client = try ClientSocket(port: Int(port))
+        #expect(try echo(client, "hello") == "hello")
+        #expect(client.waitForEOF(timeout: 20), "the tunnel stayed open although no ping was answered")
+        #expect(store.lines.contains { $0.contains("did not answer keepalive pings for 3 s; closing the tunnel") })
+        #expect(try edge.stats(host: testHost).pingsReceived >= 3)
+        await tunnel.disconnect()
+    }
+
     @Test("library default limits: one connection, then the listener is closed")
     func defaultLimits() async throws {
         let echoTarget = try TargetFixture(.echo)
