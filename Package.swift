@@ -31,6 +31,8 @@ let package = Package(
                        providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CCFSSH2", pkgConfig: "libssh2",
                        providers: [.apt(["libssh2-1-dev"])]),
+        .systemLibrary(name: "CCFQREncode", pkgConfig: "libqrencode",
+                       providers: [.apt(["libqrencode-dev"])]),
         // The one thin shim: static inline forwarders for what Swift cannot import.
         .target(name: "CCFShim",
                 dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2"],
@@ -43,7 +45,7 @@ let package = Package(
         .target(name: "AccessTransport",
                 dependencies: [
                     "AccessCore", "CCFShim",
-                    "CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2",
+                    "CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2", "CCFQREncode",
                     .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: strictSwift),
@@ -77,6 +79,10 @@ let package = Package(
         .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore"], swiftSettings: strictSwift),
         .testTarget(name: "CFAccessTCPTests",
                     dependencies: ["CFAccessTCP", "AccessCore", .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
+        .testTarget(name: "AuthTransportTests",
+                    dependencies: ["AccessTransport", "AccessCore", "CFAccessTCP",
+                                   .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
                     dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2", "CCFShim",

@@ -22,7 +22,8 @@ struct RootCommand: AsyncParsableCommand {
           cloudflared spelling: cf-access-tcp access ssh --hostname ssh.example.com
         """,
         version: Version.string,
-        subcommands: [TCPCommand.self, AccessCommand.self],
+        subcommands: [TCPCommand.self, AccessCommand.self, LoginCommand.self, TokenCommand.self,
+                      LogoutCommand.self, SSHConfigCommand.self],
         defaultSubcommand: TCPCommand.self
     )
 }
@@ -32,7 +33,8 @@ struct AccessCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
         abstract: "cloudflared-compatible spelling: `access tcp|ssh|rdp|smb`.",
-        subcommands: [TCPCommand.self]
+        subcommands: [TCPCommand.self, LoginCommand.self, TokenCommand.self, LogoutCommand.self,
+                      SSHConfigCommand.self]
     )
 }
 

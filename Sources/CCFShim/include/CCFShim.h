@@ -8,6 +8,7 @@
 #include <libwebsockets.h>
 #include <curl/curl.h>
 #include <libssh2.h>
+#include <openssl/evp.h>
 #include <sys/socket.h>
 
 // LWS_PRE is an expression macro (padding libwebsockets needs before a payload).
@@ -21,6 +22,9 @@ static inline CURLcode CCFShim_curl_setopt_write(CURL *h, CURLoption o,
     size_t (*cb)(char *, size_t, size_t, void *)) { return curl_easy_setopt(h, o, cb); }
 static inline CURLcode CCFShim_curl_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode CCFShim_curl_getinfo_str(CURL *h, CURLINFO i, char **v) { return curl_easy_getinfo(h, i, v); }
+
+// EVP_PKEY_PUBLIC_KEY is an expression macro (an OR of selection bits) Swift cannot import.
+static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }
 
 // libssh2's convenience names are function-like macros over the *_ex functions.
 static inline LIBSSH2_SESSION *CCFShim_libssh2_session_init(void) { return libssh2_session_init(); }

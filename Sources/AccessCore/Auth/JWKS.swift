@@ -1,0 +1,76 @@
+import Foundation
+
+/// One RSA public key of a JWKS (RFC 7517): its `kid` and big-endian modulus and exponent.
+public struct RSAPublicJWK: Sendable, Equatable {
+    /// `kid`.
+    public let keyID: String
+    /// `n`, big-endian bytes.
+    public let modulus: [UInt8]
+    /// `e`, big-endian bytes.
+    public let exponent: [UInt8]
+
+    /// Creates a key.
+    public init(keyID: String, modulus: [UInt8], exponent: [UInt8]) {
+        self.keyID = keyID
+        self.modulus = modulus
+        self.exponent = exponent
+    }
+}
+
+/// A JSON Web Key Set: the RSA keys of `https://<auth_domain>/cdn-cgi/access/certs`.
+public struct JWKS: Sendable, Equatable {
+    /// The RSA keys that have a `kid`, `n` and `e`; other keys are skipped.
+    public let keys: [RSAPublicJWK]
+
+    /// Parses `{"keys":[{"kid":…,"kty":"RSA","n":…,"e":…},…]}`. Keys of another `kty`,
+    /// or without `kid`/`n`/`e`, are skipped; a body that is not such an object is refused.
+    public static func parse(_ bytes: [UInt8]) throws(JWTFormatError) -> JWKS {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
+              let rawKeys = object["keys"] as? [Any] else {
+            throw JWTFormatError("the key set is not a JSON object with a \"keys\" array")
+        }
+        var keys: [RSAPublicJWK] = []
+        for case let key as [String: Any] in rawKeys {
+            guard (key["kty"] as? String) == "RSA",
+                  let kid = key["kid"] as? String,
+                  let n = (key["n"] as? String).flatMap({ Base64.decode($0, alphabet: .url) }),
+                  let e = (key["e"] as? String).flatMap({ Base64.decode($0, alphabet: .url) }),
+                  !n.isEmpty, !e.isEmpty else { continue }
+            keys.append(RSAPublicJWK(keyID: kid, modulus: n, exponent: e))
+        }
+        return JWKS(keys: keys)
+    }
+
+    /// The key with `kid`, if any.
+    public func key(id: String) -> RSAPublicJWK? { keys.first { $0.keyID == id } }
+}
+
+/// When to use the on-disk JWKS and when to fetch it again (PROTOCOL.md §2).
+public enum JWKSCachePolicy {
+    /// A cached key set is fresh for 24 h.
+    public static let maximumAge: TimeInterval = 24 * 60 * 60
+    /// An unknown `kid` refetches at most once a minute.
+    public static let refetchInterval: TimeInterval = 60
+
+    /// What to do about the key set.
+    public enum Decision: Sendable, Equatable {
+        /// Use the cached set (it has the key, or a refetch would come too soon).
+        case useCached
+        /// Fetch the set from the auth domain.
+        case fetch
+    }
+
+    /// - Parameters:
+    ///   - cachedAt: when the cached set was fetched (nil: no cached set).
+    ///   - hasKey: whether the cached set holds the wanted `kid`.
+    ///   - now: the current time.
+    /// A missing or older-than-24-h set is fetched; a fresh set with the key is used; a
+    /// fresh set without it is fetched again only if it is at least a minute old.
+    public static func decide(cachedAt: Date?, hasKey: Bool, now: Date) -> Decision {
+        guard let cachedAt else { return .fetch }
+        let age = now.timeIntervalSince(cachedAt)
+        if age >= maximumAge || age < -maximumAge { return .fetch }
+        if hasKey { return .useCached }
+        return age >= refetchInterval ? .fetch : .useCached
+    }
+}

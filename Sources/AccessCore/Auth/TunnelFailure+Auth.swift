@@ -1,0 +1,79 @@
+/// Failures of app discovery and login (PROTOCOL.md §2–§3). Every message is one line that
+/// says what to do; none holds a token. Outside text goes through `Redaction`.
+extension TunnelFailure {
+    /// The origin answered the metadata request without `cf-access-metadata`.
+    public static func noAccessApplication(url: String) -> TunnelFailure {
+        TunnelFailure(category: .configuration, isRetryable: false,
+                      message: "No Access application at \(Redaction.url(url)): check the hostname",
+                      detail: "no cf-access-metadata header in the answer")
+    }
+
+    /// The metadata JWT was refused by a claim check.
+    public static func metadataRejected(host: String, problem: MetadataProblem) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: false,
+                      message: "The Access application metadata of \(host) was refused: \(problem); check the hostname and the system clock",
+                      detail: "\(problem)")
+    }
+
+    /// The metadata JWT is malformed, unsigned with a known key, or its signature is wrong.
+    public static func metadataUnverified(host: String, reason: String) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: false,
+                      message: "The Access application metadata of \(host) could not be verified: \(reason); "
+                          + "the answer did not come from Cloudflare Access (check --resolve and the network)",
+                      detail: reason)
+    }
+
+    /// The key set of the auth domain could not be had.
+    public static func keySetUnavailable(authDomain: String, reason: String) -> TunnelFailure {
+        TunnelFailure(category: .transport, isRetryable: true,
+                      message: "Cannot get the signing keys of \(authDomain): \(reason); check the network and try again",
+                      detail: reason)
+    }
+
+    /// A login is needed but this run may not start one (not interactive).
+    public static func loginRequired(host: String) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: false,
+                      message: "\(host) needs a Cloudflare Access login: run `cf-access-tcp login \(host)`")
+    }
+
+    /// The login did not produce a token; `reason` says why.
+    public static func loginFailed(host: String, reason: String) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: false,
+                      message: "Login to \(host) failed: \(reason); try `cf-access-tcp login \(host)` again",
+                      detail: reason)
+    }
+
+    /// Nobody completed the login in time.
+    public static func loginTimedOut(host: String, seconds: Int) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: true,
+                      message: "Login to \(host) was not completed within \(seconds / 60 > 0 ? "\(seconds / 60) min" : "\(seconds) s"): "
+                          + "open the login URL and finish the login, then try again")
+    }
+
+    /// The transfer service answered ≥ 500. `detail` is its body, already scrubbed.
+    public static func transferServiceFailed(status: Int, detail: String) -> TunnelFailure {
+        TunnelFailure(category: .transport, isRetryable: true,
+                      message: "The Cloudflare login service failed (HTTP \(status))\(detail.isEmpty ? "" : ": " + detail); try again later",
+                      detail: "HTTP \(status)")
+    }
+
+    /// Another process held the login lock for too long.
+    public static func loginLockTimedOut(path: String) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: true,
+                      message: "Another cf-access-tcp or cloudflared login has held \(path) for 10 minutes: "
+                          + "finish or stop that login, then try again")
+    }
+
+    /// The token cache could not be used (directory or file); `reason` is the system's.
+    public static func tokenCache(path: String, reason: String) -> TunnelFailure {
+        TunnelFailure(category: .configuration, isRetryable: false,
+                      message: "Cannot use the token cache \(path): \(reason); check its permissions or pass --token-dir",
+                      detail: reason)
+    }
+
+    /// The login was interrupted (Ctrl-C or cancellation).
+    public static func loginCancelled(host: String) -> TunnelFailure {
+        TunnelFailure(category: .authentication, isRetryable: false,
+                      message: "Login to \(host) was cancelled")
+    }
+}

@@ -1,0 +1,186 @@
+internal import CCFCurl
+internal import CCFShim
+import AccessCore
+import Foundation
+
+/// `curl_global_init`, once per process.
+private let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+
+/// The HTTP client of the login flows, over libcurl's easy API.
+///
+/// Each request runs `curl_easy_perform` on a thread of its own (it blocks; the cooperative
+/// pool must not). Redirects are never followed; only `https` is spoken; `--resolve`
+/// overrides go to `CURLOPT_RESOLVE` and `--ca-file` to `CURLOPT_CAINFO`, so tests reach a
+/// loopback server under a real name with real certificate checks. Bodies over 1 MiB fail.
+/// Proxies come from the environment (`https_proxy`, `no_proxy`), as libcurl reads them.
+public struct CurlHTTPClient: HTTPClient {
+    /// The largest body accepted.
+    public static let bodyLimit = 1 << 20
+
+    /// A PEM file of CA certificates to trust instead of the system store.
+    public let caFile: String?
+    /// `HOST:PORT:ADDR` overrides.
+    public let resolve: [ResolveOverride]
+    /// The `User-Agent` to send.
+    public let userAgent: String
+
+    /// Creates a client.
+    public init(caFile: String? = nil, resolve: [ResolveOverride] = [], userAgent: String = Version.userAgent) {
+        self.caFile = caFile
+        self.resolve = resolve
+        self.userAgent = userAgent
+    }
+
+    /// Sends `request` on a dedicated thread and returns the answer as it is (3xx included).
+    public func send(_ request: HTTPRequest) async throws(TunnelFailure) -> HTTPResponse {
+        let result: Result<HTTPResponse, TunnelFailure> = await withCheckedContinuation { continuation in
+            let thread = Thread { [self] in
+                continuation.resume(returning: perform(request))
+            }
+            thread.name = "cf-access-tcp curl"
+            thread.start()
+        }
+        return try result.get()
+    }
+
+    /// Runs one transfer; blocking.
+    private func perform(_ request: HTTPRequest) -> Result<HTTPResponse, TunnelFailure> {
+        let host = URL(string: request.url)?.host ?? "the server"
+        guard curlGlobalInit == CURLE_OK, let handle = curl_easy_init() else {
+            return .failure(.internalError("libcurl could not be initialised"))
+        }
+        defer { curl_easy_cleanup(handle) }
+        let sink = ResponseSink(limit: Self.bodyLimit)
+        let sinkPointer = Unmanaged.passRetained(sink)
+        defer { sinkPointer.release() }
+
+        var headerList: UnsafeMutablePointer<curl_slist>?
+        var resolveList: UnsafeMutablePointer<curl_slist>?
+        defer {
+            curl_slist_free_all(headerList)
+            curl_slist_free_all(resolveList)
+        }
+        for header in request.headers {
+            headerList = curl_slist_append(headerList, header.name + ": " + header.value)
+        }
+        for entry in resolve {
+            resolveList = curl_slist_append(resolveList, entry.description)
+        }
+        var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        let cookie = request.cookies.map { $0.name + "=" + $0.value }.joined(separator: "; ")
+
+        let code: CURLcode = errorBuffer.withUnsafeMutableBufferPointer { errors in
+            var ok = true
+            func set(_ option: CURLoption, _ value: Int) { ok = ok && CCFShim_curl_setopt_long(handle, option, value) == CURLE_OK }
+            func set(_ option: CURLoption, _ value: String) { ok = ok && CCFShim_curl_setopt_str(handle, option, value) == CURLE_OK }
+            func set(_ option: CURLoption, pointer: UnsafeRawPointer?) { ok = ok && CCFShim_curl_setopt_ptr(handle, option, pointer) == CURLE_OK }
+            set(CURLOPT_URL, request.url)
+            set(CURLOPT_NOSIGNAL, 1)
+            set(CURLOPT_FOLLOWLOCATION, 0)
+            set(CURLOPT_PROTOCOLS_STR, "https")
+            set(CURLOPT_TIMEOUT, max(1, request.timeoutSeconds))
+            set(CURLOPT_CONNECTTIMEOUT, max(1, min(request.timeoutSeconds, 15)))
+            set(CURLOPT_USERAGENT, userAgent)
+            set(CURLOPT_ERRORBUFFER, pointer: UnsafeRawPointer(errors.baseAddress))
+            switch request.method {
+            case "HEAD": set(CURLOPT_NOBODY, 1)
+            case "GET": set(CURLOPT_HTTPGET, 1)
+            default: set(CURLOPT_CUSTOMREQUEST, request.method)
+            }
+            if let headerList { set(CURLOPT_HTTPHEADER, pointer: UnsafeRawPointer(headerList)) }
+            if let resolveList { set(CURLOPT_RESOLVE, pointer: UnsafeRawPointer(resolveList)) }
+            if !cookie.isEmpty { set(CURLOPT_COOKIE, cookie) }
+            if let caFile { set(CURLOPT_CAINFO, caFile) }
+            let opaque = UnsafeRawPointer(sinkPointer.toOpaque())
+            ok = ok && CCFShim_curl_setopt_write(handle, CURLOPT_WRITEFUNCTION, curlBodyCallback) == CURLE_OK
+            set(CURLOPT_WRITEDATA, pointer: opaque)
+            ok = ok && CCFShim_curl_setopt_write(handle, CURLOPT_HEADERFUNCTION, curlHeaderCallback) == CURLE_OK
+            set(CURLOPT_HEADERDATA, pointer: opaque)
+            guard ok else { return CURLE_FAILED_INIT }
+            return curl_easy_perform(handle)
+        }
+        let reason = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        guard code == CURLE_OK else {
+            if sink.overflowed {
+                return .failure(TunnelFailure(category: .protocolViolation, isRetryable: false,
+                                              message: "\(host) sent more than 1 MiB: refusing the answer",
+                                              detail: "body over \(Self.bodyLimit) bytes"))
+            }
+            return .failure(Self.failure(code: code, host: host, reason: reason))
+        }
+        var status = 0
+        _ = CCFShim_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
+        return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
+    }
+
+    /// The failure for a libcurl error code.
+    static func failure(code: CURLcode, host: String, reason: String) -> TunnelFailure {
+        let text = reason.isEmpty ? String(cString: curl_easy_strerror(code)) : reason
+        switch code {
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+            return .dns(host: host)
+        case CURLE_COULDNT_CONNECT:
+            return .connectionRefused(address: host)
+        case CURLE_OPERATION_TIMEDOUT:
+            return TunnelFailure(category: .transport, isRetryable: true,
+                                 message: "No answer from \(host) in time: check your network and that \(host) is reachable, then try again",
+                                 detail: text)
+        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CACERT_BADFILE,
+             CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ISSUER_ERROR:
+            return .tls(host: host, reason: text)
+        default:
+            return TunnelFailure(category: .transport, isRetryable: true,
+                                 message: "HTTPS request to \(host) failed: \(text); check the network and try again",
+                                 detail: "libcurl error \(code.rawValue)")
+        }
+    }
+}
+
+/// Collects the header lines and body of one transfer; touched only by its curl thread.
+private final class ResponseSink {
+    let limit: Int
+    var body: [UInt8] = []
+    var headers: [(name: String, value: String)] = []
+    var overflowed = false
+
+    init(limit: Int) { self.limit = limit }
+
+    func appendHeaderLine(_ bytes: UnsafeRawBufferPointer) {
+        // "\r\n" is one Character in Swift: trim by scalars, not with hasSuffix("\n").
+        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if line.hasPrefix("HTTP/") {
+            // A new status line (after 100 Continue or a proxy's CONNECT): start over.
+            headers = []
+            return
+        }
+        guard let colon = line.firstIndex(of: ":") else { return }
+        let name = String(line[..<colon]).trimmingCharacters(in: .whitespaces)
+        let value = String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+        guard !name.isEmpty else { return }
+        headers.append((name, value))
+    }
+}
+
+private let curlBodyCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
+    data, size, count, user in
+    guard let user else { return 0 }
+    let sink = Unmanaged<ResponseSink>.fromOpaque(user).takeUnretainedValue()
+    let total = size * count
+    guard total > 0, let data else { return total }
+    guard sink.body.count + total <= sink.limit else {
+        sink.overflowed = true
+        return 0
+    }
+    sink.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: total))
+    return total
+}
+
+private let curlHeaderCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
+    data, size, count, user in
+    guard let user else { return 0 }
+    let sink = Unmanaged<ResponseSink>.fromOpaque(user).takeUnretainedValue()
+    let total = size * count
+    guard total > 0, let data else { return total }
+    sink.appendHeaderLine(UnsafeRawBufferPointer(start: data, count: total))
+    return total
+}

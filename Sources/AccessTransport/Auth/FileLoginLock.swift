@@ -1,0 +1,113 @@
+import AccessCore
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The cross-process login lock of PROTOCOL.md §3: `<token path>.lock`, created with
+/// `O_EXCL` and mode 0600, holding `{"pid":…,"start_time":…}`. A stale lock (dead owner,
+/// reused pid, unreadable, older than 10 min) is removed with an info line and taken.
+///
+/// Locks this process holds are remembered so that `releaseAllHeld()` (called on Ctrl-C or
+/// SIGTERM) leaves none behind.
+public struct FileLoginLock: LoginLock {
+    /// The directory of the token files (the lock sits beside its token).
+    public let directory: String
+    private let logger: Logger
+
+    /// A lock manager for tokens in `directory`.
+    public init(directory: String, logger: Logger) {
+        self.directory = directory
+        self.logger = logger
+    }
+
+    /// Takes `<tokenFileName>.lock` if it is free or stale; otherwise names its live holder.
+    public func tryAcquire(tokenFileName: String) throws(TunnelFailure) -> LoginLockAttempt {
+        let store = FileTokenStore(directory: directory)
+        try store.ensureDirectory()
+        let path = store.path(of: TokenCacheNaming.lockFileName(for: tokenFileName))
+        for _ in 0..<3 {
+            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if fd >= 0 {
+                let record = LoginLockRecord(pid: getpid(), startTimeMilliseconds: ProcessStartTime.current)
+                let bytes = Array(record.json.utf8)
+                let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress!, $0.count) }
+                close(fd)
+                guard written == bytes.count else {
+                    unlink(path)
+                    throw .tokenCache(path: path, reason: "the lock could not be written")
+                }
+                let urlPath = store.path(of: TokenCacheNaming.urlFileName(for: tokenFileName))
+                HeldLocks.shared.add(path, urlPath)
+                return .acquired(FileLoginLockHandle(path: path, urlPath: urlPath))
+            }
+            guard errno == EEXIST else { throw .tokenCache(path: path, reason: String(cString: strerror(errno))) }
+            switch Self.inspect(path: path) {
+            case .held(let pid):
+                return .held(pid: pid)
+            case .stale(let reason):
+                logger.info("removing a stale login lock", metadata: ["path": "\(path)", "reason": "\(reason)"])
+                unlink(path)
+            }
+        }
+        throw .tokenCache(path: path, reason: "the lock keeps being re-created by another process")
+    }
+
+    /// The verdict on an existing lock file.
+    static func inspect(path: String) -> LoginLockRules.Verdict {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return .stale("it vanished") }
+        let modified = Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec))
+        let content = FileManager.default.contents(atPath: path).map { [UInt8]($0) }
+        return LoginLockRules.verdict(content: content, modifiedAt: modified, now: Date(),
+                                      startTimeOfProcess: ProcessStartTime.milliseconds(pid:))
+    }
+
+    /// Removes every lock (and login URL file) this process holds. Safe to call from a
+    /// signal-handling queue before exiting.
+    public static func releaseAllHeld() {
+        for path in HeldLocks.shared.takeAll() { unlink(path) }
+    }
+}
+
+/// A held lock; `release` removes the URL file and the lock (once).
+final class FileLoginLockHandle: LoginLockHandle, @unchecked Sendable {
+    private let path: String
+    private let urlPath: String
+    private let released = LockedBox(false)
+
+    init(path: String, urlPath: String) {
+        self.path = path
+        self.urlPath = urlPath
+    }
+
+    func release() {
+        let first = released.withLock { value -> Bool in
+            defer { value = true }
+            return !value
+        }
+        guard first else { return }
+        unlink(urlPath)
+        unlink(path)
+        HeldLocks.shared.remove(path, urlPath)
+    }
+
+    deinit { release() }
+}
+
+/// The lock and URL files this process must remove when it is interrupted.
+final class HeldLocks: @unchecked Sendable {
+    static let shared = HeldLocks()
+    private let paths = LockedBox<Set<String>>([])
+
+    func add(_ items: String...) { paths.withLock { $0.formUnion(items) } }
+    func remove(_ items: String...) { paths.withLock { $0.subtract(items) } }
+    func takeAll() -> [String] {
+        paths.withLock { value in
+            defer { value = [] }
+            // URL files first, then the locks.
+            return value.sorted { $0.hasSuffix(".url") && !$1.hasSuffix(".url") }
+        }
+    }
+}

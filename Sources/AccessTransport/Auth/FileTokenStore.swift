@@ -1,0 +1,134 @@
+import AccessCore
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The token cache on disk: `~/.cloudflared/` (cloudflared's directory, so tokens are shared),
+/// created 0700, each file written 0600 through a temporary file and `rename`.
+///
+/// A file that is not a regular file of ours, or is readable or writable by group or others,
+/// is reported `.untrusted` and left alone: someone else may have read or planted it.
+public struct FileTokenStore: TokenStore {
+    /// The environment variable that overrides the directory (for tests and odd setups).
+    public static let directoryVariable = "CF_ACCESS_TCP_TOKEN_DIR"
+    /// Larger files are not tokens.
+    public static let maximumFileSize = 64 * 1024
+
+    /// The cache directory.
+    public let directory: String
+
+    /// `$CF_ACCESS_TCP_TOKEN_DIR`, else `$HOME/.cloudflared` (the home of the user database
+    /// if `HOME` is unset).
+    public static func defaultDirectory(environment: [String: String]) -> String {
+        if let override = environment[directoryVariable], !override.isEmpty { return override }
+        var home = environment["HOME"] ?? ""
+        if home.isEmpty, let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir {
+            home = String(cString: dir)
+        }
+        return (home.isEmpty ? "." : home) + "/.cloudflared"
+    }
+
+    /// A store in `directory` (created on the first write).
+    public init(directory: String) {
+        var directory = directory
+        while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
+        self.directory = directory
+    }
+
+    /// `<directory>/<name>`.
+    public func path(of name: String) -> String { directory + "/" + name }
+
+    /// Reads `name`: missing, untrusted (with the reason and what to do), or its trimmed text.
+    public func read(_ name: String) -> TokenFileRead {
+        let path = path(of: name)
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            if errno == ENOENT { return .missing }
+            if errno == ELOOP { return .untrusted("it is a symbolic link") }
+            return .untrusted("it cannot be read (\(String(cString: strerror(errno))))")
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .untrusted("it cannot be examined") }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { return .untrusted("it is not a regular file") }
+        guard info.st_uid == geteuid() else { return .untrusted("it belongs to another user") }
+        let mode = info.st_mode & 0o777
+        if mode & 0o077 != 0 {
+            return .untrusted("it is readable or writable by group or others (mode \(String(mode, radix: 8))): "
+                + "remove it or run chmod 600 \(path)")
+        }
+        guard Int(info.st_size) <= Self.maximumFileSize else { return .untrusted("it is larger than a token can be") }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
+        var total = 0
+        while total < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            total += n
+        }
+        let modified = Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9)
+        let text = String(decoding: bytes[..<total], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return .content(text, modifiedAt: modified)
+    }
+
+    /// Writes `text` to `name`: the directory is created 0700 if needed, the file 0600
+    /// through a temporary file renamed over it.
+    public func write(_ name: String, text: String) throws(TunnelFailure) {
+        try ensureDirectory()
+        let target = path(of: name)
+        let temporary = path(of: ".\(name).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp")
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .tokenCache(path: target, reason: String(cString: strerror(errno))) }
+        let bytes = Array(text.utf8)
+        var written = 0
+        var failure: Int32 = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, bytes.count - written) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 {
+                failure = errno
+                break
+            }
+            written += n
+        }
+        if failure == 0 && fchmod(fd, 0o600) != 0 { failure = errno }
+        if failure == 0 && fsync(fd) != 0 { failure = errno }
+        close(fd)
+        if failure == 0 && rename(temporary, target) != 0 { failure = errno }
+        if failure != 0 {
+            unlink(temporary)
+            throw .tokenCache(path: target, reason: String(cString: strerror(failure)))
+        }
+    }
+
+    /// Removes `name` (no error if it is missing).
+    public func delete(_ name: String) {
+        unlink(path(of: name))
+    }
+
+    /// The names in the directory (none if it does not exist).
+    public func fileNames() -> [String] {
+        (try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted() ?? []
+    }
+
+    /// Creates the directory 0700 (with missing parents 0700 too) unless it exists.
+    public func ensureDirectory() throws(TunnelFailure) {
+        var info = stat()
+        if stat(directory, &info) == 0 {
+            guard (info.st_mode & S_IFMT) == S_IFDIR else {
+                throw .tokenCache(path: directory, reason: "it is not a directory")
+            }
+            return
+        }
+        var prefix = directory.hasPrefix("/") ? "" : "."
+        for component in directory.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
+                throw .tokenCache(path: directory, reason: String(cString: strerror(errno)))
+            }
+        }
+        _ = chmod(directory, 0o700)
+    }
+}

@@ -1,0 +1,69 @@
+import AccessCore
+import Foundation
+
+/// How the login flows reach Cloudflare Access and where tokens are kept.
+public struct AccessLoginConfiguration: Sendable {
+    /// The token cache directory (`~/.cloudflared` by default).
+    public var tokenDirectory: String
+    /// A PEM file of CA certificates to trust instead of the system store.
+    public var caFile: String?
+    /// `--resolve HOST:PORT:ADDR` overrides for every HTTPS request of the flows.
+    public var resolve: [ResolveOverride]
+    /// The transfer service base URL; nil means Cloudflare's (or FedRAMP's, see `fedRAMP`).
+    public var transferBaseURL: String?
+    /// Never start a browser: always device mode (URL and QR code on stderr).
+    public var noBrowser: Bool
+    /// Use the FedRAMP transfer service `login.fed.cloudflareaccess.org`.
+    public var fedRAMP: Bool
+    /// Polls of the transfer service at most (10, as cloudflared).
+    public var maximumPolls: Int
+    /// Seconds each poll may take (60: the service holds the request until the login is done).
+    public var pollTimeoutSeconds: Int
+    /// Seconds to wait after a "not yet" answer before polling again.
+    public var pollIntervalSeconds: Double
+    /// Seconds between checks of a lock held by another process (2).
+    public var lockPollIntervalSeconds: Double
+    /// Seconds to wait for another process's login at most (600).
+    public var lockMaximumWaitSeconds: Double
+
+    /// A configuration; defaults follow PROTOCOL.md §3.
+    public init(tokenDirectory: String, caFile: String? = nil, resolve: [ResolveOverride] = [],
+                transferBaseURL: String? = nil, noBrowser: Bool = false, fedRAMP: Bool = false,
+                maximumPolls: Int = 10, pollTimeoutSeconds: Int = 60, pollIntervalSeconds: Double = 1,
+                lockPollIntervalSeconds: Double = LoginLockRules.pollInterval,
+                lockMaximumWaitSeconds: Double = LoginLockRules.maximumWait) {
+        self.tokenDirectory = tokenDirectory
+        self.caFile = caFile
+        self.resolve = resolve
+        self.transferBaseURL = transferBaseURL
+        self.noBrowser = noBrowser
+        self.fedRAMP = fedRAMP
+        self.maximumPolls = maximumPolls
+        self.pollTimeoutSeconds = pollTimeoutSeconds
+        self.pollIntervalSeconds = pollIntervalSeconds
+        self.lockPollIntervalSeconds = lockPollIntervalSeconds
+        self.lockMaximumWaitSeconds = lockMaximumWaitSeconds
+    }
+
+    /// The transfer service base URL in effect.
+    public var effectiveTransferBaseURL: String {
+        transferBaseURL ?? (fedRAMP ? TransferRules.fedRAMPBaseURL : TransferRules.defaultBaseURL)
+    }
+}
+
+/// The real clock: `Date()` and `Task.sleep`.
+public struct SystemWallClock: WallClock {
+    /// Creates the clock.
+    public init() {}
+    /// `Date()`.
+    public func now() -> Date { Date() }
+    /// `Task.sleep`; false when cancelled.
+    public func sleep(seconds: Double) async -> Bool {
+        do {
+            try await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
+            return true
+        } catch {
+            return false
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import ArgumentParser
+import CFAccessTCP
+import Foundation
+
+/// The flags every login-related subcommand shares.
+struct AuthFlags: ParsableArguments {
+    @Option(name: .customLong("token-dir"),
+            help: "Token cache directory (default ~/.cloudflared, shared with cloudflared; env CF_ACCESS_TCP_TOKEN_DIR).")
+    var tokenDir: String?
+
+    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    var caFile: String?
+
+    @Option(name: .customLong("resolve"),
+            help: "HOST:PORT:ADDRESS: connect to ADDRESS for HOST:PORT, like curl --resolve (repeatable).")
+    var resolve: [String] = []
+
+    @Option(name: .customLong("transfer-url"),
+            help: ArgumentHelp("Base URL of the login transfer service (default https://login.cloudflareaccess.org).",
+                               visibility: .hidden))
+    var transferURL: String?
+
+    @Flag(name: .customLong("no-browser"),
+          help: "Do not open a browser: print the login URL and a QR code to finish the login on another device.")
+    var noBrowser = false
+
+    @Flag(name: .customLong("fedramp"), help: "Use Cloudflare's FedRAMP login service.")
+    var fedRAMP = false
+
+    @Option(name: .customLong("transfer-polls"), help: ArgumentHelp("Polls of the transfer service (default 10).", visibility: .hidden))
+    var transferPolls: Int = 10
+
+    @Option(name: .customLong("transfer-poll-interval"),
+            help: ArgumentHelp("Seconds between polls after a \"not yet\" (default 1).", visibility: .hidden))
+    var transferPollInterval: Double = 1
+
+    @Option(name: .customLong("loglevel"), help: "debug, info, warn, error or fatal (default info).")
+    var loglevel: String = "info"
+
+    /// The login configuration these flags describe.
+    func configuration(environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
+        var overrides: [ResolveOverride] = []
+        for raw in resolve { overrides.append(try ResolveOverride.parse(raw)) }
+        if let transferURL {
+            guard transferURL.lowercased().hasPrefix("https://"), transferURL.count > "https://".count else {
+                throw ConfigurationError("--transfer-url must be an https:// URL, e.g. https://login.cloudflareaccess.org")
+            }
+        }
+        guard (1...100).contains(transferPolls) else {
+            throw ConfigurationError("--transfer-polls must be between 1 and 100")
+        }
+        guard transferPollInterval >= 0 && transferPollInterval <= 60 else {
+            throw ConfigurationError("--transfer-poll-interval must be between 0 and 60 seconds")
+        }
+        let directory = tokenDir ?? FileTokenStore.defaultDirectory(environment: environment)
+        return AccessLoginConfiguration(tokenDirectory: directory, caFile: caFile, resolve: overrides,
+                                        transferBaseURL: transferURL, noBrowser: noBrowser, fedRAMP: fedRAMP,
+                                        maximumPolls: transferPolls, pollIntervalSeconds: transferPollInterval)
+    }
+}
+
+/// Runs an async piece of work from a synchronous command, with Ctrl-C and SIGTERM
+/// removing any held login lock before the process exits.
+func runAuthWork<T: Sendable>(_ body: @escaping @Sendable () async throws(TunnelFailure) -> T) throws(TunnelFailure) -> T {
+    let signals = [SIGINT, SIGTERM].map { number -> DispatchSourceSignal in
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler {
+            FileLoginLock.releaseAllHeld()
+            writeStderr("\ncf-access-tcp: login cancelled")
+            exit(130)
+        }
+        source.resume()
+        return source
+    }
+    defer { signals.forEach { $0.cancel() } }
+    let box = LockedBox<Result<T, TunnelFailure>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let result: Result<T, TunnelFailure>
+        do throws(TunnelFailure) {
+            result = .success(try await body())
+        } catch {
+            result = .failure(error)
+        }
+        box.withLock { $0 = result }
+        done.signal()
+    }
+    done.wait()
+    return try box.withLock { $0 }!.get()
+}
+
+/// Sets up logging and the token provider for a login subcommand.
+func makeProvider(flags: AuthFlags) throws -> AccessTokenProvider {
+    let environment = ProcessInfo.processInfo.environment
+    let logging: LoggingSetup
+    let configuration: AccessLoginConfiguration
+    do {
+        logging = try LoggingSetup(level: flags.loglevel, file: nil, directory: nil)
+        configuration = try flags.configuration(environment: environment)
+    } catch {
+        throw usageFailure(error.message)
+    }
+    return AccessTokenProvider(configuration: configuration, logger: logging.logger,
+                               browser: SystemBrowserOpener(environment: environment))
+}
+
+/// Parses a positional application URL.
+func parseApplicationURL(_ raw: String) throws -> OriginURL {
+    do {
+        return try OriginURL.parse(raw)
+    } catch {
+        throw usageFailure(error.message.replacingOccurrences(of: "--hostname", with: "the URL"))
+    }
+}

@@ -1,0 +1,143 @@
+import ArgumentParser
+import CFAccessTCP
+import Foundation
+
+/// `cf-access-tcp login <url>`: log in to an Access application and cache its token.
+struct LoginCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "login",
+        abstract: "Log in to a Cloudflare Access application and cache its token (like `cloudflared access login`).",
+        discussion: """
+        Opens a browser (or, without one, prints a URL and QR code for another device), waits for the \
+        login, checks the token with the edge and caches it in ~/.cloudflared. The token is printed \
+        only with --print or --no-verbose.
+        """
+    )
+
+    @Argument(help: "The application URL, e.g. https://ssh.example.com")
+    var url: String
+
+    @Flag(name: .customLong("print"), help: "Print the token to stdout.")
+    var printToken = false
+
+    @Flag(name: .customLong("no-verbose"), help: "Print only the token to stdout, nothing else.")
+    var noVerbose = false
+
+    @OptionGroup var auth: AuthFlags
+
+    func run() throws {
+        let origin = try parseApplicationURL(url)
+        let provider = try makeProvider(flags: auth)
+        let token: String
+        do {
+            token = try runAuthWork { () async throws(TunnelFailure) -> String in try await provider.login(for: origin) }
+        } catch {
+            writeStderr("cf-access-tcp: \(error.message)")
+            throw ExitCode(1)
+        }
+        if printToken || noVerbose {
+            FileHandle.standardOutput.write(Data((token + "\n").utf8))
+        }
+        if !noVerbose {
+            writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(auth.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment))")
+        }
+    }
+}
+
+/// `cf-access-tcp token <url>`: print the cached token of an application.
+struct TokenCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token",
+        abstract: "Print the cached, valid Access token of an application (like `cloudflared access token`)."
+    )
+
+    @Argument(help: "The application URL, e.g. https://ssh.example.com")
+    var url: String
+
+    @OptionGroup var auth: AuthFlags
+
+    func run() throws {
+        let origin = try parseApplicationURL(url)
+        let provider = try makeProvider(flags: auth)
+        let token: String?
+        do {
+            token = try runAuthWork { () async throws(TunnelFailure) -> String? in try await provider.cachedAppToken(for: origin) }
+        } catch {
+            writeStderr("cf-access-tcp: \(error.message)")
+            throw ExitCode(1)
+        }
+        guard let token else {
+            writeStderr("cf-access-tcp: no valid cached token for \(origin.host): run `cf-access-tcp login \(origin.host)`")
+            throw ExitCode(1)
+        }
+        FileHandle.standardOutput.write(Data((token + "\n").utf8))
+    }
+}
+
+/// `cf-access-tcp logout [<url>]`: remove cached tokens.
+struct LogoutCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "logout",
+        abstract: "Remove the cached token of an application, or without a URL every cached Access token."
+    )
+
+    @Argument(help: "The application URL; without it every cached token is removed.")
+    var url: String?
+
+    @OptionGroup var auth: AuthFlags
+
+    func run() throws {
+        let origin = try url.map { raw in try parseApplicationURL(raw) }
+        let provider = try makeProvider(flags: auth)
+        let removed = try runAuthWork { () async throws(TunnelFailure) -> [String] in await provider.logout(origin: origin) }
+        if removed.isEmpty {
+            writeStderr("cf-access-tcp: no cached token to remove")
+        }
+        for path in removed { writeStderr("cf-access-tcp: removed \(path)") }
+    }
+}
+
+/// `cf-access-tcp ssh-config --hostname H`: print an ssh_config block that uses this binary.
+struct SSHConfigCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ssh-config",
+        abstract: "Print the ~/.ssh/config block for an Access-protected SSH host."
+    )
+
+    @Option(name: [.customLong("hostname"), .customShort("T")], help: "The Access-protected SSH hostname.")
+    var hostname: String
+
+    @Flag(name: .customLong("short-lived-cert"), help: "Add the lines for short-lived SSH certificates.")
+    var shortLivedCert = false
+
+    func run() throws {
+        let origin: OriginURL
+        do {
+            origin = try OriginURL.parse(hostname)
+        } catch {
+            throw usageFailure(error.message)
+        }
+        let binary = Self.executablePath()
+        var lines = ["Add to your ~/.ssh/config:", ""]
+        if shortLivedCert {
+            lines += [
+                "Match host \(origin.host) exec \"\(binary) access ssh-gen --hostname %h\"",
+                "  ProxyCommand \(binary) access ssh --hostname %h",
+                "  IdentityFile ~/.cloudflared/%h-cf_key",
+                "  CertificateFile ~/.cloudflared/%h-cf_key-cert.pub",
+            ]
+        } else {
+            lines += [
+                "Host \(origin.host)",
+                "  ProxyCommand \(binary) access ssh --hostname %h",
+            ]
+        }
+        print(lines.joined(separator: "\n"))
+    }
+
+    /// The absolute path of this executable (symbolic links resolved), else argv[0].
+    static func executablePath() -> String {
+        if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") { return path }
+        return CommandLine.arguments.first ?? "cf-access-tcp"
+    }
+}

@@ -1,0 +1,145 @@
+import AccessCore
+import AccessTransport
+import Foundation
+import Testing
+
+/// libcurl against a local HTTPS server (python3 http.server + ssl, a throwaway CA made by
+/// python `cryptography`), reached under real Access names through `--resolve`.
+@Suite("CurlHTTPClient", .serialized)
+final class CurlHTTPClientTests {
+    let temp = TemporaryDirectory()
+    let server = Process()
+    var port = 0
+
+    static let script = #"""
+import sys, os, ssl, datetime, http.server, threading
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+d = sys.argv[1]
+now = datetime.datetime.now(datetime.timezone.utc)
+ca_key = ec.generate_private_key(ec.SECP256R1())
+ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cf-access-tcp test CA")])
+ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+      .serial_number(1).not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+key = ec.generate_private_key(ec.SECP256R1())
+names = [x509.DNSName("team.cloudflareaccess.com"), x509.DNSName("login.cloudflareaccess.org")]
+cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "team.cloudflareaccess.com")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False).sign(ca_key, hashes.SHA256()))
+open(d + "/ca.pem", "wb").write(ca.public_bytes(serialization.Encoding.PEM))
+other_key = ec.generate_private_key(ec.SECP256R1())
+other_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unrelated CA")])
+other = (x509.CertificateBuilder().subject_name(other_name).issuer_name(other_name).public_key(other_key.public_key())
+         .serial_number(3).not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(other_key, hashes.SHA256()))
+open(d + "/other-ca.pem", "wb").write(other.public_bytes(serialization.Encoding.PEM))
+open(d + "/cert.pem", "wb").write(cert.public_bytes(serialization.Encoding.PEM))
+open(d + "/key.pem", "wb").write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def reply(self, body=b""):
+        if self.path.startswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location", "/cdn-cgi/access/login/x?kid=1")
+            self.send_header("Set-Cookie", "CF_AppSession=s1; Path=/")
+            self.send_header("Set-Cookie", "other=2; Path=/")
+            body = b""
+        elif self.path == "/big":
+            self.send_response(200); body = b"x" * (2 * 1024 * 1024)
+        else:
+            self.send_response(200)
+            self.send_header("X-Echo-Cookie", self.headers.get("Cookie", ""))
+            self.send_header("X-Echo-Meta", self.headers.get("cf-access-metadata-request", ""))
+            self.send_header("X-Echo-Method", self.command)
+            self.send_header("X-Echo-Host", self.headers.get("Host", ""))
+            body = b"hello"
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD": self.wfile.write(body)
+    do_GET = reply
+    do_HEAD = reply
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"""#
+
+    init() throws {
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        server.arguments = ["-c", Self.script, temp.path]
+        let out = Pipe()
+        server.standardOutput = out
+        try server.run()
+        var text = ""
+        while !text.contains("\n") {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+    }
+
+    deinit {
+        // SIGKILL: the test threads block SIGTERM, and a child spawned by Foundation inherits that mask.
+        kill(server.processIdentifier, SIGKILL)
+        server.waitUntilExit()
+        temp.remove()
+    }
+
+    func client(ca: String = "ca.pem") throws -> CurlHTTPClient {
+        CurlHTTPClient(caFile: temp.path + "/" + ca,
+                       resolve: [try ResolveOverride.parse("team.cloudflareaccess.com:\(port):127.0.0.1")])
+    }
+
+    var base: String { "https://team.cloudflareaccess.com:\(port)" }
+
+    @Test func resolvesRealNameVerifiesAndSendsHeadersAndCookies() async throws {
+        #expect(port > 0)
+        let answer = try await client().send(HTTPRequest(
+            method: "HEAD", url: base + "/", headers: [("cf-access-metadata-request", "true")],
+            cookies: [("CF_Authorization", "tok"), ("CF_AppSession", "s")], timeoutSeconds: 10))
+        #expect(answer.status == 200)
+        #expect(answer.value(of: "x-echo-method") == "HEAD")
+        #expect(answer.value(of: "X-Echo-Meta") == "true")
+        #expect(answer.value(of: "X-Echo-Cookie") == "CF_Authorization=tok; CF_AppSession=s")
+        #expect(answer.value(of: "X-Echo-Host") == "team.cloudflareaccess.com:\(port)")
+        let get = try await client().send(HTTPRequest(method: "GET", url: base + "/", timeoutSeconds: 10))
+        #expect(get.body == Array("hello".utf8))
+    }
+
+    @Test func doesNotFollowRedirectsAndKeepsEverySetCookie() async throws {
+        let answer = try await client().send(HTTPRequest(method: "GET", url: base + "/redirect", timeoutSeconds: 10))
+        #expect(answer.status == 302)
+        #expect(answer.value(of: "Location") == "/cdn-cgi/access/login/x?kid=1")
+        #expect(answer.values(of: "set-cookie") == ["CF_AppSession=s1; Path=/", "other=2; Path=/"])
+    }
+
+    @Test func refusesBodiesOverOneMebibyte() async throws {
+        await #expect(throws: TunnelFailure.self) {
+            _ = try await self.client().send(HTTPRequest(method: "GET", url: self.base + "/big", timeoutSeconds: 10))
+        }
+    }
+
+    @Test func refusesAnUntrustedCertificate() async throws {
+        let untrusting = try client(ca: "other-ca.pem")
+        do {
+            _ = try await untrusting.send(HTTPRequest(method: "GET", url: base + "/", timeoutSeconds: 10))
+            Issue.record("an untrusted certificate was accepted")
+        } catch {
+            #expect(error.message.hasPrefix("TLS with team.cloudflareaccess.com failed"), "\(error.message)")
+        }
+    }
+
+    @Test func withoutResolveTheNameIsNotReached() async throws {
+        let plain = CurlHTTPClient(caFile: temp.path + "/ca.pem")
+        await #expect(throws: TunnelFailure.self) {
+            _ = try await plain.send(HTTPRequest(method: "GET", url: "https://unresolvable.invalid:\(self.port)/", timeoutSeconds: 5))
+        }
+    }
+}
