@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import Foundation
 import Testing
@@ -86,6 +87,36 @@ struct DataPathTests {
         let received = try client.receive(count: 256 << 20) { _ in }
         #expect(received == 256 << 20)
         #expect(client.waitForEOF(timeout: 10), "the source finished but the local connection stayed open")
+    }
+
+    @Test("an origin that does not read pauses the client: memory stays bounded, the sender is held back")
+    func flowControlTowardsOrigin() throws {
+        // A target that accepts and never reads.
+        let stalled = try LoopbackListener(address: try ListenAddress.parse("127.0.0.1:0", allowNonLoopback: false))
+        let held = LockedBox<[Int32]>([])
+        stalled.startAccepting { fd in held.withLock { $0.append(fd) } }
+        defer {
+            stalled.close()
+            held.withLock { $0.forEach { close($0) } }
+        }
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(stalled.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge))
+        defer { listener.stop() }
+        let client = try ClientSocket(port: listener.port)
+        let before = residentKiB(pid: listener.process.pid) ?? 0
+        var timeout = timeval(tv_sec: 3, tv_usec: 0)   // a blocked send gives up after 3 s
+        _ = setsockopt(client.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let chunk = [UInt8](repeating: 0x5A, count: 1 << 20)
+        var sent = 0
+        while sent < 512 << 20 {
+            let n = chunk.withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { break }
+            sent += n
+        }
+        let during = try #require(residentKiB(pid: listener.process.pid))
+        #expect(sent < 256 << 20, "\(sent >> 20) MiB went out although the origin reads nothing")
+        #expect(during - before < 32 << 10, "cf-access-tcp grew by \(during - before) KiB while the origin did not read")
     }
 
     @Test("when the origin side ends, the local connection is closed after the last byte")
