@@ -10,15 +10,20 @@ public enum Digest {
             EVP_Digest(bytes.baseAddress, bytes.count, o.baseAddress, &size, EVP_sha256(), nil)
         }
         precondition(ok == 1 && size == 32, "EVP_Digest(SHA-256) failed")
-        return out.map { byte in
-            let s = String(byte, radix: 16)
-            return s.count == 1 ? "0" + s : s
-        }.joined()
+        return hex(out)
     }
 
     /// SHA-256 of `bytes` as 64 lower-case hex characters.
     public static func sha256Hex(_ bytes: [UInt8]) -> String {
         bytes.withUnsafeBytes { sha256Hex($0) }
+    }
+
+    /// Lower-case hex, two digits a byte.
+    static func hex(_ bytes: [UInt8]) -> String {
+        bytes.map { byte in
+            let digits = String(byte, radix: 16)
+            return digits.count == 1 ? "0" + digits : digits
+        }.joined()
     }
 
     /// An incremental SHA-256, for streams too large to keep in memory.
@@ -47,10 +52,7 @@ public enum Digest {
             out.withUnsafeMutableBufferPointer { o in
                 precondition(EVP_DigestFinal_ex(ctx, o.baseAddress, &size) == 1, "EVP_DigestFinal_ex failed")
             }
-            return out.map { b in
-                let s = String(b, radix: 16)
-                return s.count == 1 ? "0" + s : s
-            }.joined()
+            return Digest.hex(out)
         }
     }
 }
