@@ -76,16 +76,19 @@ let package = Package(
                           swiftSettings: strictSwift),
 
         // MARK: Tests
-        .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore"], swiftSettings: strictSwift),
+        // Shared test doubles and python-made vectors.
+        .target(name: "AccessTestSupport", dependencies: [.product(name: "Logging", package: "swift-log")],
+                path: "Tests/AccessTestSupport", swiftSettings: strictSwift),
+        .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore", "AccessTestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "CFAccessTCPTests",
                     dependencies: ["CFAccessTCP", "AccessCore", .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "AuthTransportTests",
-                    dependencies: ["AccessTransport", "AccessCore", "CFAccessTCP",
+                    dependencies: ["AccessTransport", "AccessCore", "CFAccessTCP", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
-                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2", "CCFShim",
+                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2", "CCFShim", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
     ]

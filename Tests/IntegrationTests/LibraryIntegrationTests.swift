@@ -1,4 +1,5 @@
 import AccessCore
+import AccessTestSupport
 import AccessTransport
 import CCFSSH2
 import CCFShim
@@ -141,8 +142,8 @@ struct LibraryIntegrationTests {
         let echoTarget = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address,
                                    serviceTokens: [(testTokenID, testTokenSecret)], extraArguments: ["--ignore-pings"])
-        let store = InMemoryLogHandlerStore()
-        let logger = Logger(label: "test") { _ in InMemoryLogHandler(store: store) }
+        let store = MemoryLog()
+        let logger = store.logger
         let tunnel = AccessTunnel(options: options(edge: edge, keepalive: 1), logger: logger)
         let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
         let client = try ClientSocket(port: Int(port))

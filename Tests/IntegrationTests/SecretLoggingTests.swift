@@ -1,4 +1,5 @@
 import AccessCore
+import AccessTestSupport
 import AccessTransport
 import Foundation
 import Logging
@@ -7,29 +8,6 @@ import Testing
 import Glibc
 #endif
 
-/// A log handler that keeps every record in memory (the test double of swift-log).
-final class InMemoryLogHandlerStore: @unchecked Sendable {
-    private let box = LockedBox<[String]>([])
-    func append(_ line: String) { box.withLock { $0.append(line) } }
-    var lines: [String] { box.withLock { $0 } }
-}
-
-struct InMemoryLogHandler: LogHandler {
-    let store: InMemoryLogHandlerStore
-    var logLevel: Logger.Level = .trace
-    var metadata: Logger.Metadata = [:]
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let merged = metadata.merging(event.metadata ?? [:]) { $1 }
-        store.append("\(event.level) \(event.message) \(merged)")
-    }
-}
-
 /// No secret reaches a log line, at any level.
 @Suite("secrets never reach logs", .serialized)
 struct SecretLoggingTests {
@@ -37,8 +15,8 @@ struct SecretLoggingTests {
     func libraryLogsHaveNoSecrets() throws {
         let echo = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
-        let store = InMemoryLogHandlerStore()
-        let logger = Logger(label: "test") { _ in InMemoryLogHandler(store: store) }
+        let store = MemoryLog()
+        let logger = store.logger
 
         for secret in [testTokenSecret, "wrong-\(testTokenSecret)"] {
             let origin = try OriginURL.parse(testHost)

@@ -2,6 +2,7 @@
 import AccessCore
 import CFAccessTCP
 import Foundation
+import AccessTestSupport
 import Logging
 
 /// A fresh 0700 temporary directory, removed by `remove()`.
@@ -21,36 +22,6 @@ struct TemporaryDirectory {
         var info = stat()
         precondition(stat(path + "/" + name, &info) == 0, "no \(name)")
         return info.st_mode & 0o777
-    }
-}
-
-/// Log records kept in memory, to check what was said and that no secret was.
-final class MemoryLog: @unchecked Sendable {
-    private let records = LockedBox<[String]>([])
-
-    var lines: [String] { records.withLock { $0 } }
-
-    func append(_ line: String) { records.withLock { $0.append(line) } }
-
-    var logger: Logger {
-        Logger(label: "test") { _ in MemoryLogHandler(log: self) }
-    }
-}
-
-struct MemoryLogHandler: LogHandler {
-    let log: MemoryLog
-    var logLevel: Logger.Level = .trace
-    var metadata: Logger.Metadata = [:]
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let merged = metadata.merging(event.metadata ?? [:]) { $1 }
-        let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        log.append("\(event.level) \(event.message) \(fields)")
     }
 }
 
