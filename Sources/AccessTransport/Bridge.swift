@@ -46,8 +46,11 @@ final class Bridge {
     private var heardPong = false
     private var pingPending = false
 
-    init(id: Int, localFD: Int32, loop: CarrierLoop) {
+    private let handshake: Handshake
+
+    init(id: Int, localFD: Int32, loop: CarrierLoop, handshake: Handshake) {
         self.id = id
+        self.handshake = handshake
         self.localFD = localFD
         self.loop = loop
     }
@@ -70,7 +73,7 @@ final class Bridge {
         }
         let serverName = config.connectTo?.serverName ?? origin.hostHeader
         logger.debug("connection \(id): dialing \(origin.webSocketURL) via \(address):\(config.dialPort)",
-                     metadata: ["headers": "\(config.request.redactedHeaderLines)"])
+                     metadata: ["headers": "\(handshake.redactedLines)"])
         var wsi: OpaquePointer?
         address.withCString { addr in
             origin.path.withCString { path in
@@ -173,7 +176,7 @@ final class Bridge {
         let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
         guard let start = cursor.pointee else { return -1 }
         let end = start + len
-        for header in loop.handshakeHeaders {
+        for header in handshake.headers {
             let failed = header.name.withUnsafeBufferPointer { name in
                 header.value.withUnsafeBufferPointer { value in
                     lws_add_http_header_by_name(wsi, name.baseAddress, value.baseAddress,
@@ -200,7 +203,7 @@ final class Bridge {
         let config = loop.configuration
         let failure = DialFailureClassifier.classify(
             host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
-            credential: config.credential, status: status, location: location, message: message,
+            credential: handshake.credential, status: status, location: location, message: message,
             tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds)
         webSocket = nil
         webSocketDone = true
@@ -214,6 +217,14 @@ final class Bridge {
         // The owner reports the plain message to people; the log keeps the technical detail.
         logger.debug("connection \(id) failed: \(failure.detail)")
         if !established, local == nil, !localDone {
+            if handshake.handBackOnRefusal, failure.category == .authentication {
+                let fd = localFD
+                localFD = -1
+                localDone = true
+                localReleased = true
+                loop.onEvent(.refused(id: id, socket: fd, failure))
+                return
+            }
             Glibc.close(localFD)
             localFD = -1
             localDone = true

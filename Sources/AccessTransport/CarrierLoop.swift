@@ -23,7 +23,7 @@ public final class CarrierLoop: @unchecked Sendable {
     }
 
     private enum Command {
-        case bridge(id: Int, fd: Int32, address: String)
+        case bridge(id: Int, fd: Int32, address: String, handshake: Handshake)
         case closeAll
         case stop
     }
@@ -32,8 +32,8 @@ public final class CarrierLoop: @unchecked Sendable {
     let logger: Logger
     let tuning: Tuning
     let onEvent: @Sendable (BridgeEvent) -> Void
-    /// Header bytes for `lws_add_http_header_by_name`, NUL-terminated, built once.
-    let handshakeHeaders: [(name: [UInt8], value: [UInt8])]
+    /// The upgrade headers of connections bridged without their own request, built once.
+    let defaultHandshake: Handshake
 
     /// Guarded by `contextLock` for the threads that wake the loop; the service thread destroys it.
     private var context: OpaquePointer?
@@ -63,9 +63,7 @@ public final class CarrierLoop: @unchecked Sendable {
         self.logger = logger
         self.tuning = tuning
         self.onEvent = onEvent
-        self.handshakeHeaders = configuration.request.headers.map { h in
-            (Array((h.name + ":").utf8) + [0], Array(h.value.utf8) + [0])
-        }
+        self.defaultHandshake = Handshake(request: configuration.request, credential: configuration.credential)
         pre = Int(CCFShim_LWS_PRE())
         scratch = .allocate(capacity: pre + tuning.chunkSize)
         protocolNames = [strdup(Self.webSocketProtocolName)!, strdup(Self.rawProtocolName)!]
@@ -161,8 +159,17 @@ public final class CarrierLoop: @unchecked Sendable {
     /// Bridges a connected local socket to a new WebSocket. Resolves the edge address first (on the
     /// calling thread, cached), so a DNS failure is reported precisely and never blocks the loop.
     /// The loop owns `fd` from here on and closes it.
+    ///
+    /// `request` (with the `credential` it carries) replaces the configuration's upgrade headers for
+    /// this connection only, e.g. with a fresher app token; its origin must be the configuration's.
+    /// With `handBackOnRefusal`, an Access refusal of the credential gives the untouched socket
+    /// back (``BridgeEvent/refused(id:socket:_:)``) instead of closing it.
     @discardableResult
-    public func bridge(socket fd: Int32) -> Int {
+    public func bridge(socket fd: Int32, request: UpgradeRequest? = nil, credential: CredentialKind? = nil,
+                       handBackOnRefusal: Bool = false) -> Int {
+        var handshake = request.map { Handshake(request: $0, credential: credential ?? configuration.credential) }
+            ?? defaultHandshake
+        handshake.handBackOnRefusal = handBackOnRefusal
         let id = ids.withLock { n -> Int in n += 1; return n }
         let host = configuration.dialHost
         let port = configuration.dialPort
@@ -177,7 +184,7 @@ public final class CarrierLoop: @unchecked Sendable {
         }
         switch resolved {
         case .success(let address):
-            post(.bridge(id: id, fd: fd, address: address))
+            post(.bridge(id: id, fd: fd, address: address, handshake: handshake))
         case .failure(let failure):
             logger.debug("connection \(id) failed: \(failure.detail)")
             Glibc.close(fd)
@@ -215,8 +222,8 @@ public final class CarrierLoop: @unchecked Sendable {
         let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
         for command in pending {
             switch command {
-            case .bridge(let id, let fd, let address):
-                startBridge(id: id, fd: fd, address: address)
+            case .bridge(let id, let fd, let address, let handshake):
+                startBridge(id: id, fd: fd, address: address, handshake: handshake)
             case .closeAll:
                 for bridge in bridges.values { bridge.closeBoth() }
             case .stop:
@@ -225,8 +232,8 @@ public final class CarrierLoop: @unchecked Sendable {
         }
     }
 
-    private func startBridge(id: Int, fd: Int32, address: String) {
-        let bridge = Bridge(id: id, localFD: fd, loop: self)
+    private func startBridge(id: Int, fd: Int32, address: String, handshake: Handshake) {
+        let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
         bridges[id] = bridge
         bridge.dial(address: address)
         if bridge.isFinished { forget(bridge) }
@@ -262,4 +269,21 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
 private func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
     guard let text else { return body(nil) }
     return text.withCString { body($0) }
+}
+
+/// One connection's upgrade headers, as NUL-terminated bytes for `lws_add_http_header_by_name`,
+/// and the credential they carry (for the messages of an Access refusal).
+struct Handshake: Sendable {
+    let headers: [(name: [UInt8], value: [UInt8])]
+    let redactedLines: [String]
+    let credential: CredentialKind
+    var handBackOnRefusal = false
+
+    init(request: UpgradeRequest, credential: CredentialKind) {
+        headers = request.headers.map { h in
+            (Array((h.name + ":").utf8) + [0], Array(h.value.utf8) + [0])
+        }
+        redactedLines = request.redactedHeaderLines
+        self.credential = credential
+    }
 }

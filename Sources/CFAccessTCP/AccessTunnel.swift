@@ -235,12 +235,7 @@ public actor AccessTunnel {
             work.append(Task { await self.feed(.authenticated, generation: generation) })
             return
         }
-        let flow: any OAuthFlow
-        if case .accessToken(let token) = method {
-            flow = FixedTokenFlow(token: token)
-        } else if let methodFlow = method.flow {
-            flow = methodFlow
-        } else {
+        guard let flow = oauthFlow else {
             work.append(Task {
                 await self.feed(.authenticationFailed(.internalError("OAuth was chosen without a flow")), generation: generation)
             })
@@ -255,6 +250,12 @@ public actor AccessTunnel {
                 await self.feed(.authenticationFailed(error), generation: generation)
             }
         })
+    }
+
+    /// Where OAuth tokens come from: the method's flow, or the fixed token.
+    private var oauthFlow: (any OAuthFlow)? {
+        if case .accessToken(let token) = method { return FixedTokenFlow(token: token) }
+        return method.flow
     }
 
     private func tokenArrived(_ token: String, generation: Int) async {
@@ -343,14 +344,32 @@ public actor AccessTunnel {
             let transport = self.transport
             let address = options.listenAddress
             let limits = options.limits
+            let authorizer = connectionAuthorizer()
             work.append(Task {
                 do throws(TunnelFailure) {
-                    let serving = try await transport.serve(configuration, on: address, limits: limits)
+                    let serving = try await transport.serve(configuration, on: address, limits: limits,
+                                                            authorizer: authorizer)
                     await self.listenerReady(serving, generation: generation)
                 } catch {
                     await self.feed(.localFailed(error), generation: generation)
                 }
             })
+        }
+    }
+
+    /// With an OAuth token, every connection of the listener asks the flow for the current token
+    /// (and refreshes it once if Access refuses it); with a service token the request is fixed.
+    private func connectionAuthorizer() -> (any ConnectionAuthorizer)? {
+        guard currentCredential == .oauth, let origin, let flow = oauthFlow else { return nil }
+        let options = self.options
+        return OAuthConnectionAuthorizer(flow: flow, origin: origin) { token throws(TunnelFailure) in
+            do throws(ConfigurationError) {
+                return try RequestBuilder.upgradeRequest(
+                    origin: origin, userAgent: Version.userAgent, serviceToken: nil, accessToken: token,
+                    destination: options.destination, extraHeaders: options.extraHeaders)
+            } catch {
+                throw TunnelFailure.configuration(error)
+            }
         }
     }
 

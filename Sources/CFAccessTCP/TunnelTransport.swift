@@ -55,13 +55,24 @@ public protocol ServingTunnel: Sendable {
     func close() async
 }
 
+/// Gives each connection a listener bridges its own upgrade request, so that an app token that
+/// expires or is revoked while the listener runs is replaced for the next connection, and a
+/// connection Access refuses is dialled once more with a fresh token.
+public protocol ConnectionAuthorizer: Sendable {
+    /// The upgrade request for a new connection and the credential it carries. With
+    /// `rejected`, Access refused a connection that carried that request: get a fresh credential
+    /// (unless another connection already did).
+    func request(rejected: UpgradeRequest?) async throws(TunnelFailure) -> (UpgradeRequest, CredentialKind)
+}
+
 /// The effectful parts a session drives; replaced by scripted doubles in tests.
 public protocol TunnelTransport: Sendable {
     /// Opens one WebSocket with `configuration` to prove the edge accepts it, then closes it.
     func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure?
-    /// Listens on `address` and bridges accepted connections within `limits`.
+    /// Listens on `address` and bridges accepted connections within `limits`, each with the
+    /// request of `authorizer` if given, else with `configuration`'s.
     func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
-               limits: ListenerLimits) async throws(TunnelFailure) -> any ServingTunnel
+               limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel
     /// Opens a WebSocket and returns a connected socket bridged to it.
     func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel)
 }
@@ -105,21 +116,41 @@ public struct LiveTunnelTransport: TunnelTransport {
     }
 
     public func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
-                      limits: ListenerLimits) async throws(TunnelFailure) -> any ServingTunnel {
-        let active = LockedBox(Set<Int>())
+                      limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
+        let active = ActiveConnections()
+        let loopBox = LockedBox<CarrierLoop?>(nil)
+        // The request each first dial carried, by local socket, for the redial after a refusal.
+        let firstRequests = LockedBox<[Int32: UpgradeRequest]>([:])
         let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
             switch event {
             case .established(let id):
                 logger.debug("connection \(id) established")
             case .failed(let id, let failure):
-                active.withLock { _ = $0.remove(id) }
+                active.end(id)
                 report(failure.message)
+            case .refused(let id, let fd, let failure):
+                // Keep the slot while the connection is dialled again with a fresh token.
+                active.reserve(fd)
+                active.end(id)
+                let rejected = firstRequests.withLock { $0.removeValue(forKey: fd) }
+                guard let authorizer, let loop = loopBox.withLock({ $0 }) else {
+                    Glibc.close(fd)
+                    active.release(fd)
+                    report(failure.message)
+                    return
+                }
+                logger.info("Access refused the token of connection \(id); dialling it once more with a fresh one")
+                Task {
+                    await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: rejected,
+                                                  active: active, report: report, remember: nil)
+                }
             case .closed(let id, let up, let down):
-                active.withLock { _ = $0.remove(id) }
+                active.end(id)
                 logger.debug("connection \(id) closed", metadata: ["sent": "\(up)", "received": "\(down)"])
             }
         }
         try loop.start()
+        loopBox.withLock { $0 = loop }
         let listener: LoopbackListener
         do {
             listener = try LoopbackListener(address: address)
@@ -128,24 +159,48 @@ public struct LiveTunnelTransport: TunnelTransport {
             throw error
         }
         let accepted = LockedBox(0)
-        listener.startAccepting { [logger] fd in
+        listener.startAccepting { [logger, report] fd in
             let first = accepted.withLock { n -> Bool in n += 1; return n == 1 }
             if limits.stopAcceptingAfterFirstConnection, first { listener.close() }
-            if let max = limits.maxConcurrentConnections, active.withLock({ $0.count }) >= max {
-                logger.info("refusing a local connection: \(max) already open (maxConcurrentConnections)")
+            // Reserve the slot before the bridge exists, so a burst cannot overshoot the limit.
+            guard active.reserve(fd, limit: limits.maxConcurrentConnections) else {
+                logger.info("refusing a local connection: \(limits.maxConcurrentConnections ?? 0) already open (maxConcurrentConnections)")
                 Glibc.close(fd)
                 return
             }
-            // Reserve the slot before the bridge exists, so a burst cannot overshoot the limit.
-            let reservation = -Int(fd) - 1
-            active.withLock { _ = $0.insert(reservation) }
-            let id = loop.bridge(socket: fd)
-            active.withLock { set in
-                set.remove(reservation)
-                set.insert(id)
+            guard let authorizer else {
+                active.attach(fd: fd, id: loop.bridge(socket: fd))
+                return
+            }
+            Task {
+                await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil,
+                                              active: active, report: report) { request in
+                    firstRequests.withLock { $0[fd] = request }
+                }
             }
         }
         return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop)
+    }
+
+    /// Gets a request from `authorizer` and bridges `fd` with it. The first dial of a connection
+    /// (`remember` given) hands the socket back if Access refuses the token; the redial does not.
+    private static func authorizeAndBridge(fd: Int32, loop: CarrierLoop, authorizer: any ConnectionAuthorizer,
+                                           rejected: UpgradeRequest?, active: ActiveConnections,
+                                           report: @escaping @Sendable (String) -> Void,
+                                           remember: (@Sendable (UpgradeRequest) -> Void)?) async {
+        let request: UpgradeRequest
+        let credential: CredentialKind
+        do throws(TunnelFailure) {
+            (request, credential) = try await authorizer.request(rejected: rejected)
+        } catch {
+            Glibc.close(fd)
+            active.release(fd)
+            report(error.message)
+            return
+        }
+        remember?(request)
+        let id = loop.bridge(socket: fd, request: request, credential: credential, handBackOnRefusal: remember != nil)
+        active.attach(fd: fd, id: id)
     }
 
     public func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
@@ -158,6 +213,9 @@ public struct LiveTunnelTransport: TunnelTransport {
             switch event {
             case .established: outcome.fulfil(nil)
             case .failed(_, let failure):
+                if !outcome.fulfil(failure) { report(failure.message) }
+            case .refused(_, let fd, let failure):
+                Glibc.close(fd)
                 if !outcome.fulfil(failure) { report(failure.message) }
             case .closed: outcome.fulfil(TunnelFailure.protocolViolation("the WebSocket closed before it opened"))
             }
@@ -238,5 +296,47 @@ final class OneShot<Value: Sendable>: @unchecked Sendable {
                 }
             }
         }
+    }
+}
+
+/// The connections a listener holds open, for `maxConcurrentConnections`: local sockets waiting
+/// for their bridge, and bridges by id. An id may end before it is attached (a dial that fails at
+/// once); it is then never counted.
+final class ActiveConnections: @unchecked Sendable {
+    private let lock = NSLock()
+    private var waiting = Set<Int32>()
+    private var bridges = Set<Int>()
+    private var endedEarly = Set<Int>()
+
+    /// Reserves a slot for `fd` unless `limit` slots are taken; returns whether it did.
+    @discardableResult
+    func reserve(_ fd: Int32, limit: Int? = nil) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if let limit, waiting.count + bridges.count >= limit { return false }
+        waiting.insert(fd)
+        return true
+    }
+
+    /// Frees `fd`'s slot (it was closed before any bridge).
+    func release(_ fd: Int32) {
+        lock.lock()
+        waiting.remove(fd)
+        lock.unlock()
+    }
+
+    /// `fd`'s slot now belongs to bridge `id`.
+    func attach(fd: Int32, id: Int) {
+        lock.lock()
+        waiting.remove(fd)
+        if endedEarly.remove(id) == nil { bridges.insert(id) }
+        lock.unlock()
+    }
+
+    /// Bridge `id` ended.
+    func end(_ id: Int) {
+        lock.lock()
+        if bridges.remove(id) == nil { endedEarly.insert(id) }
+        lock.unlock()
     }
 }

@@ -2,14 +2,11 @@ import ArgumentParser
 import CFAccessTCP
 import Foundation
 
-/// The flags every login-related subcommand shares.
-struct AuthFlags: ParsableArguments {
+/// The login flags the tunnel and the login subcommands share.
+struct LoginFlags: ParsableArguments {
     @Option(name: .customLong("token-dir"),
             help: "Token cache directory (default ~/.cloudflared, shared with cloudflared; env CF_ACCESS_TCP_TOKEN_DIR).")
     var tokenDir: String?
-
-    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
-    var caFile: String?
 
     @Option(name: .customLong("resolve"),
             help: "HOST:PORT:ADDRESS: connect to ADDRESS for HOST:PORT, like curl --resolve (repeatable).")
@@ -34,13 +31,17 @@ struct AuthFlags: ParsableArguments {
             help: ArgumentHelp("Seconds between polls after a \"not yet\" (default 1).", visibility: .hidden))
     var transferPollInterval: Double = 1
 
-    @Option(name: .customLong("loglevel"), help: "debug, info, warn, error or fatal (default info).")
-    var loglevel: String = "info"
-
-    /// The login configuration these flags describe.
-    func configuration(environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
+    /// The `--resolve` overrides, checked.
+    func resolveOverrides() throws(ConfigurationError) -> [ResolveOverride] {
         var overrides: [ResolveOverride] = []
         for raw in resolve { overrides.append(try ResolveOverride.parse(raw)) }
+        return overrides
+    }
+
+    /// The login configuration these flags describe.
+    func configuration(caFile: String?, connectTo: [String] = [],
+                       environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
+        let overrides = try resolveOverrides()
         if let transferURL {
             guard transferURL.lowercased().hasPrefix("https://"), transferURL.count > "https://".count else {
                 throw ConfigurationError("--transfer-url must be an https:// URL, e.g. https://login.cloudflareaccess.org")
@@ -54,8 +55,25 @@ struct AuthFlags: ParsableArguments {
         }
         let directory = tokenDir ?? FileTokenStore.defaultDirectory(environment: environment)
         return AccessLoginConfiguration(tokenDirectory: directory, caFile: caFile, resolve: overrides,
-                                        transferBaseURL: transferURL, noBrowser: noBrowser, fedRAMP: fedRAMP,
-                                        maximumPolls: transferPolls, pollIntervalSeconds: transferPollInterval)
+                                        connectTo: connectTo, transferBaseURL: transferURL, noBrowser: noBrowser,
+                                        fedRAMP: fedRAMP, maximumPolls: transferPolls,
+                                        pollIntervalSeconds: transferPollInterval)
+    }
+}
+
+/// The flags every login subcommand shares.
+struct AuthFlags: ParsableArguments {
+    @OptionGroup var login: LoginFlags
+
+    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    var caFile: String?
+
+    @Option(name: .customLong("loglevel"), help: "debug, info, warn, error or fatal (default info).")
+    var loglevel: String = "info"
+
+    /// The login configuration these flags describe.
+    func configuration(environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
+        try login.configuration(caFile: caFile, environment: environment)
     }
 }
 

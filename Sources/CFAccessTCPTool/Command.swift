@@ -66,15 +66,35 @@ struct TCPCommand: AsyncParsableCommand {
         let settings: TunnelSettings
         do {
             logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
-            settings = try TunnelSettings(flags: flags, environment: environment)
+            settings = try TunnelSettings(flags: flags, environment: environment, logger: logging.logger)
         } catch {
             throw usageFailure(error.message)
         }
         let logger = logging.logger
         let transport = LiveTunnelTransport(logger: logger) { message in writeStderr("cf-access-tcp: \(message)") }
         let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: transport)
+        // Ctrl-C or SIGTERM: a login in progress leaves no lock behind; a running listener
+        // closes its connections first; anything else ends at once.
+        let stop = OutputFinished()
+        let listening = LockedBox(false)
+        let signals = [SIGINT, SIGTERM].map { (sig: Int32) -> DispatchSourceSignal in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                let held = FileLoginLock.releaseAllHeld()
+                if listening.withLock({ $0 }) {
+                    stop.signal()
+                } else {
+                    if held > 0 { writeStderr("\ncf-access-tcp: login cancelled") }
+                    Glibc.exit(sig == SIGINT ? 130 : 143)
+                }
+            }
+            source.resume()
+            return source
+        }
+        defer { withExtendedLifetime(signals) {} }
         if let listen = settings.listen {
-            try await serveListener(tunnel, settings: settings, listen: listen)
+            try await serveListener(tunnel, settings: settings, listen: listen, listening: listening, stop: stop)
         } else {
             try await serveStdio(tunnel, settings: settings)
         }
@@ -98,7 +118,8 @@ struct TCPCommand: AsyncParsableCommand {
     }
 
     /// Listener mode: until SIGINT/SIGTERM.
-    private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress) async throws {
+    private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress,
+                               listening: LockedBox<Bool>, stop: OutputFinished) async throws {
         let port: UInt16
         do {
             port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
@@ -108,17 +129,9 @@ struct TCPCommand: AsyncParsableCommand {
         }
         let shown = listen.isIPv6 ? "[\(listen.host)]:\(port)" : "\(listen.host):\(port)"
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
-        let stop = OutputFinished()
-        let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            return source
-        }
+        listening.withLock { $0 = true }
         await stop.wait()
         await tunnel.disconnect()
-        withExtendedLifetime(signals) {}
     }
 }
 

@@ -39,7 +39,7 @@ struct LoginCommand: ParsableCommand {
             FileHandle.standardOutput.write(Data((token + "\n").utf8))
         }
         if !noVerbose {
-            writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(auth.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment))")
+            writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(auth.login.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment))")
         }
     }
 }

@@ -22,6 +22,13 @@ struct TunnelFlags: ParsableArguments {
             help: "Access service token client secret (env TUNNEL_SERVICE_TOKEN_SECRET; prefer the environment: flags show in `ps`).")
     var serviceTokenSecret: String?
 
+    @Flag(name: .customLong("fallback-oauth"),
+          help: "If Access rejects the service token, log in with the browser instead (off by default).")
+    var fallbackOAuth = false
+
+    @OptionGroup(title: "Login (used when no service token or access token is given)")
+    var login: LoginFlags
+
     @Option(name: .customLong("access-token"),
             help: "An Access application token (JWT) to send as Cf-Access-Token (env CF_ACCESS_TOKEN).")
     var accessToken: String?

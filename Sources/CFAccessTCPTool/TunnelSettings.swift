@@ -1,4 +1,5 @@
 import CFAccessTCP
+import Logging
 
 /// The tunnel's settings from flags, falling back to cloudflared's environment variables.
 struct TunnelSettings {
@@ -8,8 +9,10 @@ struct TunnelSettings {
     let options: AccessTunnel.Options
     /// nil = stdin/stdout (ProxyCommand mode).
     let listen: ListenAddress?
+    /// The built-in login, when the method uses it.
+    let provider: AccessTokenProvider?
 
-    init(flags: TunnelFlags, environment: [String: String]) throws(ConfigurationError) {
+    init(flags: TunnelFlags, environment: [String: String], logger: Logger) throws(ConfigurationError) {
         func pick(_ flag: String?, _ variable: String) -> String? {
             if let flag { return flag }
             if let value = environment[variable], !value.isEmpty { return value }
@@ -35,10 +38,30 @@ struct TunnelSettings {
             serviceToken = nil
         }
         let accessToken = pick(flags.accessToken, "CF_ACCESS_TOKEN")
+        let connectTo = try flags.connectTo.map { raw throws(ConfigurationError) in try ConnectTarget.parse(raw) }
+        let resolve = try flags.login.resolveOverrides()
+        // Without a service token or an access token, or with --fallback-oauth, log in as
+        // cloudflared does: cached token, org-token exchange, browser or device login.
+        let needsLogin = (serviceToken == nil && accessToken == nil) || (serviceToken != nil && flags.fallbackOAuth)
+        if needsLogin {
+            var curlConnectTo: [String] = []
+            if let connectTo {
+                let address = connectTo.address.contains(":") ? "[\(connectTo.address)]" : connectTo.address
+                curlConnectTo.append("\(origin.host):\(origin.effectivePort):\(address):\(connectTo.port ?? origin.effectivePort)")
+            }
+            let configuration = try flags.login.configuration(caFile: flags.caFile, connectTo: curlConnectTo,
+                                                              environment: environment)
+            provider = AccessTokenProvider(configuration: configuration, logger: logger,
+                                           browser: SystemBrowserOpener(environment: environment))
+        } else {
+            provider = nil
+        }
         if let serviceToken {
-            method = .serviceToken(serviceToken)
+            method = provider.map { .serviceTokenWithOAuthFallback(serviceToken, $0) } ?? .serviceToken(serviceToken)
         } else if let accessToken {
             method = .accessToken(accessToken)
+        } else if let provider {
+            method = .oauth(provider)
         } else {
             method = .none
         }
@@ -50,7 +73,6 @@ struct TunnelSettings {
             origin: origin, userAgent: Version.userAgent, serviceToken: serviceToken,
             accessToken: serviceToken == nil ? accessToken : nil, destination: destination, extraHeaders: extra)
 
-        let connectTo = try flags.connectTo.map { raw throws(ConfigurationError) in try ConnectTarget.parse(raw) }
         guard (1...600).contains(flags.connectTimeout) else {
             throw ConfigurationError("--connect-timeout must be between 1 and 600 seconds")
         }
@@ -75,6 +97,6 @@ struct TunnelSettings {
             retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: [1, 5, 15]),
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
-            keepaliveInterval: flags.keepalive, proxy: proxy)
+            keepaliveInterval: flags.keepalive, resolveOverrides: resolve, proxy: proxy)
     }
 }

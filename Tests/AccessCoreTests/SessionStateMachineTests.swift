@@ -61,8 +61,8 @@ struct SessionStateMachineTests {
         var m = Machine()
         _ = try m.connect(.init(primary: .serviceToken, fallbackToOAuth: true))
         _ = m.handle(.authenticated)
-        #expect(m.handle(.dialFailed(rejected)) == [.publish(.authenticating), .authenticate(.oauth, refresh: false)])
-        #expect(m.handle(.authenticated) == [.publish(.connecting), .dial(.oauth)])
+        #expect(m.handle(.dialFailed(rejected)) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
+        #expect(m.handle(.authenticated) == [.startDeadline, .publish(.connecting), .dial(.oauth)])
         _ = m.handle(.dialSucceeded)
         _ = m.handle(.localReady(port: 7))
         #expect(m.state == .connected(localPort: 7))
@@ -92,9 +92,23 @@ struct SessionStateMachineTests {
         var m = Machine()
         _ = try m.connect(.init(primary: .oauth))
         _ = m.handle(.authenticated)
-        #expect(m.handle(.dialFailed(rejected)) == [.publish(.authenticating), .authenticate(.oauth, refresh: true)])
+        #expect(m.handle(.dialFailed(rejected)) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: true)])
         _ = m.handle(.authenticated)
         #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+    }
+
+    @Test("OAuth: the connect deadline stops while a person logs in and covers only the dial")
+    func oauthDeadlineSkipsTheLogin() throws {
+        var m = Machine()
+        #expect(try m.connect(.init(primary: .oauth, retry: .standard))
+                == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
+        #expect(m.handle(.authenticated) == [.startDeadline, .publish(.connecting), .dial(.oauth)])
+        #expect(m.handle(.dialFailed(refused)) == [.cancelDeadline, .tearDown, .publish(.reconnecting(attempt: 2)),
+                                                    .scheduleRetry(afterSeconds: 1, attempt: 2)])
+        #expect(m.handle(.retryDue) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
+        // A deadline from an earlier phase, delivered late, cannot fail a login in progress.
+        #expect(m.handle(.deadlinePassed(TunnelFailure.timedOut(host: "h", seconds: 15))) == [])
+        #expect(m.state == .authenticating)
     }
 
     @Test("retry success: a retryable failure waits 1 s, then succeeds")

@@ -75,7 +75,7 @@ final class ScriptedTransport: TunnelTransport, @unchecked Sendable {
     }
 
     func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
-               limits: ListenerLimits) async throws(TunnelFailure) -> any ServingTunnel {
+               limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
         lock.withLock { servedLimits.append(limits) }
         return FakeServing(port: 40_000, closed: closedServings)
     }

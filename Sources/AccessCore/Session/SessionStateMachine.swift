@@ -46,7 +46,7 @@ public struct SessionStateMachine: Sendable, Equatable {
         case localReady(port: UInt16)
         /// The local side could not be set up.
         case localFailed(TunnelFailure)
-        /// The connect deadline passed while authenticating or connecting.
+        /// The connect deadline passed while authenticating (service token) or connecting.
         case deadlinePassed(TunnelFailure)
         /// A scheduled retry is due.
         case retryDue
@@ -62,7 +62,7 @@ public struct SessionStateMachine: Sendable, Equatable {
         case dial(Credential)
         /// Set up the local side (listener or stream).
         case openLocal
-        /// Start the connect deadline (seconds come from the shell's configuration).
+        /// Start (or restart) the connect deadline (seconds come from the shell's configuration).
         case startDeadline
         /// Stop the connect deadline.
         case cancelDeadline
@@ -107,10 +107,11 @@ public struct SessionStateMachine: Sendable, Equatable {
             attempt = 1
             fellBack = false
             refreshedOAuth = false
-            return [.startDeadline] + move(to: .authenticating) + [.authenticate(credential, refresh: false)]
+            return authenticate(refresh: false)
 
         case (.authenticating, .authenticated):
-            return move(to: .connecting) + [.dial(credential)]
+            // An OAuth login may wait on a person: the connect deadline starts once it is done.
+            return (credential == .oauth ? [.startDeadline] : []) + move(to: .connecting) + [.dial(credential)]
 
         case (.authenticating, .authenticationFailed(let failure)):
             return fail(failure)
@@ -123,12 +124,12 @@ public struct SessionStateMachine: Sendable, Equatable {
                 if credential == .serviceToken, plan.fallbackToOAuth, !fellBack {
                     fellBack = true
                     credential = .oauth
-                    return move(to: .authenticating) + [.authenticate(.oauth, refresh: false)]
+                    return authenticate(refresh: false)
                 }
                 if credential == .oauth, !refreshedOAuth {
                     // The edge redirected again: the stored app token is stale. Drop it, log in once more.
                     refreshedOAuth = true
-                    return move(to: .authenticating) + [.authenticate(.oauth, refresh: true)]
+                    return authenticate(refresh: true)
                 }
             }
             return fail(failure)
@@ -139,11 +140,12 @@ public struct SessionStateMachine: Sendable, Equatable {
         case (.connecting, .localFailed(let failure)):
             return fail(failure)
 
-        case (.authenticating, .deadlinePassed(let failure)), (.connecting, .deadlinePassed(let failure)):
+        case (.authenticating, .deadlinePassed(let failure)) where credential != .oauth,
+             (.connecting, .deadlinePassed(let failure)):
             return fail(failure)
 
         case (.reconnecting, .retryDue):
-            return [.startDeadline] + move(to: .authenticating) + [.authenticate(credential, refresh: false)]
+            return authenticate(refresh: false)
 
         case (.idle, .disconnectRequested), (.disconnected, .disconnectRequested):
             return []
@@ -158,6 +160,14 @@ public struct SessionStateMachine: Sendable, Equatable {
             // Late or stray events (a dial finishing after disconnect, a retry after failure…).
             return []
         }
+    }
+
+    /// Moves to `.authenticating` with the current credential. A service token is at hand at once,
+    /// so the connect deadline starts now; an OAuth login may wait on a person in a browser (it
+    /// bounds its own wait), so the deadline stops until the token is there.
+    private mutating func authenticate(refresh: Bool) -> [Action] {
+        let deadline: Action = credential == .oauth ? .cancelDeadline : .startDeadline
+        return [deadline] + move(to: .authenticating) + [.authenticate(credential, refresh: refresh)]
     }
 
     private mutating func fail(_ failure: TunnelFailure) -> [Action] {

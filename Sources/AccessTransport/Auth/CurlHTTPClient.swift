@@ -23,11 +23,16 @@ public struct CurlHTTPClient: HTTPClient {
     public let resolve: [ResolveOverride]
     /// The `User-Agent` to send.
     public let userAgent: String
+    /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT` entries for `CURLOPT_CONNECT_TO` (the tunnel's
+    /// `--connect-to`: the app host's requests go to another address, Host/SNI/checks unchanged).
+    public let connectTo: [String]
 
     /// Creates a client.
-    public init(caFile: String? = nil, resolve: [ResolveOverride] = [], userAgent: String = Version.userAgent) {
+    public init(caFile: String? = nil, resolve: [ResolveOverride] = [], connectTo: [String] = [],
+                userAgent: String = Version.userAgent) {
         self.caFile = caFile
         self.resolve = resolve
+        self.connectTo = connectTo
         self.userAgent = userAgent
     }
 
@@ -56,9 +61,14 @@ public struct CurlHTTPClient: HTTPClient {
 
         var headerList: UnsafeMutablePointer<curl_slist>?
         var resolveList: UnsafeMutablePointer<curl_slist>?
+        var connectToList: UnsafeMutablePointer<curl_slist>?
         defer {
             curl_slist_free_all(headerList)
             curl_slist_free_all(resolveList)
+            curl_slist_free_all(connectToList)
+        }
+        for entry in connectTo {
+            connectToList = curl_slist_append(connectToList, entry)
         }
         for header in request.headers {
             headerList = curl_slist_append(headerList, header.name + ": " + header.value)
@@ -89,6 +99,7 @@ public struct CurlHTTPClient: HTTPClient {
             }
             if let headerList { set(CURLOPT_HTTPHEADER, pointer: UnsafeRawPointer(headerList)) }
             if let resolveList { set(CURLOPT_RESOLVE, pointer: UnsafeRawPointer(resolveList)) }
+            if let connectToList { set(CURLOPT_CONNECT_TO, pointer: UnsafeRawPointer(connectToList)) }
             if !cookie.isEmpty { set(CURLOPT_COOKIE, cookie) }
             if let caFile { set(CURLOPT_CAINFO, caFile) }
             let opaque = UnsafeRawPointer(sinkPointer.toOpaque())

@@ -65,9 +65,12 @@ public struct FileLoginLock: LoginLock {
     }
 
     /// Removes every lock (and login URL file) this process holds. Safe to call from a
-    /// signal-handling queue before exiting.
-    public static func releaseAllHeld() {
-        for path in HeldLocks.shared.takeAll() { unlink(path) }
+    /// signal-handling queue before exiting. Returns how many files it removed.
+    @discardableResult
+    public static func releaseAllHeld() -> Int {
+        let paths = HeldLocks.shared.takeAll()
+        for path in paths { unlink(path) }
+        return paths.count
     }
 }
 

@@ -9,6 +9,9 @@ public struct AccessLoginConfiguration: Sendable {
     public var caFile: String?
     /// `--resolve HOST:PORT:ADDR` overrides for every HTTPS request of the flows.
     public var resolve: [ResolveOverride]
+    /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT` entries (libcurl's `CONNECT_TO`): requests to
+    /// HOST:PORT go to the other address, names and certificate checks unchanged.
+    public var connectTo: [String]
     /// The transfer service base URL; nil means Cloudflare's (or FedRAMP's, see `fedRAMP`).
     public var transferBaseURL: String?
     /// Never start a browser: always device mode (URL and QR code on stderr).
@@ -28,13 +31,14 @@ public struct AccessLoginConfiguration: Sendable {
 
     /// A configuration; defaults follow PROTOCOL.md §3.
     public init(tokenDirectory: String, caFile: String? = nil, resolve: [ResolveOverride] = [],
-                transferBaseURL: String? = nil, noBrowser: Bool = false, fedRAMP: Bool = false,
+                connectTo: [String] = [], transferBaseURL: String? = nil, noBrowser: Bool = false, fedRAMP: Bool = false,
                 maximumPolls: Int = 10, pollTimeoutSeconds: Int = 60, pollIntervalSeconds: Double = 1,
                 lockPollIntervalSeconds: Double = LoginLockRules.pollInterval,
                 lockMaximumWaitSeconds: Double = LoginLockRules.maximumWait) {
         self.tokenDirectory = tokenDirectory
         self.caFile = caFile
         self.resolve = resolve
+        self.connectTo = connectTo
         self.transferBaseURL = transferBaseURL
         self.noBrowser = noBrowser
         self.fedRAMP = fedRAMP

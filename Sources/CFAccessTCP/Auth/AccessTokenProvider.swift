@@ -44,7 +44,8 @@ public actor AccessTokenProvider {
                 presenter: any LoginPresenter = StderrLoginPresenter()) {
         self.configuration = configuration
         self.logger = logger
-        self.http = http ?? CurlHTTPClient(caFile: configuration.caFile, resolve: configuration.resolve)
+        self.http = http ?? CurlHTTPClient(caFile: configuration.caFile, resolve: configuration.resolve,
+                                                 connectTo: configuration.connectTo)
         self.verifier = verifier
         self.box = box
         self.store = store ?? FileTokenStore(directory: configuration.tokenDirectory)
@@ -460,4 +461,14 @@ public actor AccessTokenProvider {
 /// A short public value (algorithm, kid) in quotes for messages, scrubbed like any outside text.
 private func quotedPublic(_ text: String) -> String {
     "\"" + Redaction.scrub(String(text.prefix(64))) + "\""
+}
+
+extension AccessTokenProvider: OAuthFlow {
+    /// The built-in login as a session's ``OAuthFlow``: the cached app token, else the org-token
+    /// exchange, else the browser or device login. With `refresh` (Access refused the token) the
+    /// cached app token is deleted first.
+    public func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
+        if refresh { await invalidate(for: origin) }
+        return try await appToken(for: origin, interactive: true)
+    }
 }
