@@ -114,11 +114,17 @@ struct AuthRulesTests {
 
     @Test func jwksCachePolicy() {
         let now = Self.iat
-        #expect(JWKSCachePolicy.decide(cachedAt: nil, hasKey: false, now: now) == .fetch)
-        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-3600), hasKey: true, now: now) == .useCached)
-        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-24 * 3600), hasKey: true, now: now) == .fetch)
-        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-30), hasKey: false, now: now) == .useCached)
-        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-60), hasKey: false, now: now) == .fetch)
+        #expect(JWKSCachePolicy.decide(cachedAt: nil, hasKey: false, lastFetchedByUs: now, now: now) == .fetch)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-3600), hasKey: true, lastFetchedByUs: nil, now: now) == .useCached)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-24 * 3600), hasKey: true, lastFetchedByUs: nil, now: now) == .fetch)
+        // An unknown kid: fetch unless this process fetched less than a minute ago.
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-30), hasKey: false, lastFetchedByUs: nil, now: now) == .fetch)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-30), hasKey: false,
+                                       lastFetchedByUs: now.addingTimeInterval(-30), now: now) == .useCached)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-30), hasKey: false,
+                                       lastFetchedByUs: now.addingTimeInterval(-60), now: now) == .fetch)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(-30), hasKey: false,
+                                       lastFetchedByUs: now.addingTimeInterval(120), now: now) == .fetch)
     }
 
     // MARK: Cache files (§3)

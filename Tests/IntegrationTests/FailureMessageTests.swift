@@ -22,12 +22,18 @@ struct FailureMessageTests {
         #expect(!result.stderr.contains("not-the-secret"))
     }
 
-    @Test("no credential at all: the login hint")
+    @Test("no credential: the login starts (app discovery honours --connect-to); an unreachable key set is one plain line")
     func missingCredential() throws {
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:9", serviceTokens: [(testTokenID, testTokenSecret)])
-        let result = try runProxyMode(try clientArguments(edge: edge, token: nil))
+        let tokens = try makeTempDir("cfat-tokens")
+        defer { try? FileManager.default.removeItem(at: tokens) }
+        // Nothing listens on 127.0.0.1:443 (login tests use emulators on other loopback addresses).
+        let result = try runProxyMode(try clientArguments(edge: edge, token: nil, extra: [
+            "--token-dir", tokens.path, "--resolve", "emulator.cloudflareaccess.com:443:127.0.0.1"]))
         #expect(result.status != 0)
-        #expect(result.stderr.contains("\(testHost) needs a Cloudflare Access login: run `cf-access-tcp login \(testHost)`"))
+        // The metadata came from the emulator through --connect-to; its key set lives on the
+        // team domain, which nothing serves here.
+        #expect(result.stderr == "cf-access-tcp: Connection refused by emulator.cloudflareaccess.com (127.0.0.1:443): is the edge address right?\n")
     }
 
     @Test("a rejected access token says so")
@@ -91,7 +97,9 @@ struct FailureMessageTests {
         let port = try freeLoopbackPort()
         let result = try runProxyMode(["--hostname", testHost, "--connect-to", "127.0.0.1:\(port)"])
         #expect(result.status != 0)
-        #expect(result.stderr.contains("Connection refused by 127.0.0.1:\(port)"), "\(result.stderr)")
+        // No credential: the first dial is the login's app discovery (libcurl), which names the address too.
+        #expect(result.stderr.hasPrefix("cf-access-tcp: Connection refused by ") && result.stderr.contains("127.0.0.1:\(port)"),
+                "\(result.stderr)")
     }
 
     @Test("a name that does not resolve")

@@ -63,14 +63,18 @@ public enum JWKSCachePolicy {
     /// - Parameters:
     ///   - cachedAt: when the cached set was fetched (nil: no cached set).
     ///   - hasKey: whether the cached set holds the wanted `kid`.
+    ///   - lastFetchedByUs: when this process last fetched the set (nil: not yet).
     ///   - now: the current time.
     /// A missing or older-than-24-h set is fetched; a fresh set with the key is used; a
-    /// fresh set without it is fetched again only if it is at least a minute old.
-    public static func decide(cachedAt: Date?, hasKey: Bool, now: Date) -> Decision {
+    /// fresh set without it is fetched again unless this process fetched it less than a minute
+    /// ago (a key rotated since another process cached the set is found at once).
+    public static func decide(cachedAt: Date?, hasKey: Bool, lastFetchedByUs: Date?, now: Date) -> Decision {
         guard let cachedAt else { return .fetch }
         let age = now.timeIntervalSince(cachedAt)
         if age >= maximumAge || age < -maximumAge { return .fetch }
         if hasKey { return .useCached }
-        return age >= refetchInterval ? .fetch : .useCached
+        guard let lastFetchedByUs else { return .fetch }
+        let since = now.timeIntervalSince(lastFetchedByUs)
+        return since >= refetchInterval || since < 0 ? .fetch : .useCached
     }
 }

@@ -117,11 +117,39 @@ public struct CurlHTTPClient: HTTPClient {
                                               message: "\(host) sent more than 1 MiB: refusing the answer",
                                               detail: "body over \(Self.bodyLimit) bytes"))
             }
+            if code == CURLE_COULDNT_CONNECT, let url = URL(string: request.url), let urlHost = url.host {
+                // Name the address, and tell "no route" (Network unavailable) from a refusal.
+                if let (address, port) = overriddenAddress(host: urlHost, port: url.port ?? 443) {
+                    let shown = address.contains(":") ? "[\(address)]:\(port)" : "\(address):\(port)"
+                    if let problem = AddressResolver.routeProblem(address: address, port: port) {
+                        return .failure(.networkUnavailable(detail: "\(host) (\(shown)): \(problem)"))
+                    }
+                    return .failure(.connectionRefused(address: "\(host) (\(shown))"))
+                }
+            }
             return .failure(Self.failure(code: code, host: host, reason: reason))
         }
         var status = 0
         _ = CCFShim_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
         return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
+    }
+
+    /// Where a `--connect-to` or `--resolve` entry sends `host:port`, if one does.
+    func overriddenAddress(host: String, port: Int) -> (String, Int)? {
+        let key = host.lowercased()
+        for entry in connectTo {
+            // HOST:PORT:CONNECT-HOST:CONNECT-PORT, the connect host possibly in brackets.
+            let parts = entry.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count == 3, parts[0].lowercased() == key, Int(parts[1]) == port,
+                  let colon = parts[2].lastIndex(of: ":"), let target = Int(parts[2][parts[2].index(after: colon)...])
+            else { continue }
+            let address = parts[2][..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            return (address, target)
+        }
+        if let pinned = resolve.first(where: { $0.host == key && $0.port == port }) {
+            return (pinned.address, port)
+        }
+        return nil
     }
 
     /// The failure for a libcurl error code.

@@ -30,6 +30,8 @@ public actor AccessTokenProvider {
     private let presenter: any LoginPresenter
 
     private var appInfos: [String: AppInfo] = [:]
+    /// When this process last fetched each auth domain's key set.
+    private var keySetFetches: [String: Date] = [:]
     private var current: (key: String, task: Task<Result<String, TunnelFailure>, Never>)?
 
     /// A provider; every effect has a real default and can be replaced by a test double.
@@ -199,12 +201,14 @@ public actor AccessTokenProvider {
             break
         }
         let hasKey = cached?.0.key(id: keyID) != nil
-        let decision = JWKSCachePolicy.decide(cachedAt: cached?.1, hasKey: hasKey, now: clock.now())
+        let decision = JWKSCachePolicy.decide(cachedAt: cached?.1, hasKey: hasKey,
+                                              lastFetchedByUs: keySetFetches[authDomain], now: clock.now())
         if decision == .useCached, let set = cached?.0 {
             if let key = set.key(id: keyID) { return key }
             throw .metadataUnverified(host: host, reason: "it is signed with an unknown key \(quotedPublic(keyID))")
         }
         let url = "https://" + authDomain + "/cdn-cgi/access/certs"
+        keySetFetches[authDomain] = clock.now()
         let response = try await http.send(HTTPRequest(method: "GET", url: url, timeoutSeconds: Self.discoveryTimeoutSeconds))
         guard response.status == 200 else {
             throw .keySetUnavailable(authDomain: authDomain, reason: "HTTP \(response.status) from \(url)")

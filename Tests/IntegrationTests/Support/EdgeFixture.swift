@@ -88,8 +88,10 @@ struct EdgeStats: Decodable, Sendable, Equatable {
 final class EdgeFixture: @unchecked Sendable {
     /// The certificate set the edge serves.
     let certs: CertSet
-    /// The port it listens on, on 127.0.0.1.
+    /// The port it listens on.
     let port: Int
+    /// The loopback address it listens on (127.0.0.1 unless `listen` chose another).
+    let address: String
     /// The emulator process (for its stderr, or to signal it).
     let process: ManagedProcess
 
@@ -131,10 +133,10 @@ final class EdgeFixture: @unchecked Sendable {
     init(
         certs: CertSet, target: String? = nil, serviceTokens: [(String, String)] = [],
         appTokens: [String] = [], team: String? = nil, forceStatus: Int? = nil, idleTimeout: Int? = nil,
-        verbose: Bool = false, extraArguments: [String] = []
+        verbose: Bool = false, listen: String = "127.0.0.1:0", extraArguments: [String] = []
     ) throws {
         var arguments = [
-            "serve", "--listen", "127.0.0.1:0", "--cert", certs.certFile.path, "--key", certs.keyFile.path,
+            "serve", "--listen", listen, "--cert", certs.certFile.path, "--key", certs.keyFile.path,
         ]
         if let target { arguments += ["--target", target] }
         for (id, secret) in serviceTokens { arguments += ["--service-token", "\(id):\(secret)"] }
@@ -148,7 +150,7 @@ final class EdgeFixture: @unchecked Sendable {
         let process = try ManagedProcess(try TestPaths.binary("cf-access-edge"), arguments)
         let prefix = "cf-access-edge listening on "
         let line = try process.waitForLine(matching: prefix, timeout: 30)
-        self.port = try parseLoopbackPort(line, after: prefix)
+        (self.address, self.port) = try parseLoopbackAddress(line, after: prefix)
         self.process = process
         self.certs = certs
     }
@@ -170,7 +172,7 @@ final class EdgeFixture: @unchecked Sendable {
     /// The curl arguments that reach this edge as `host` with real TLS
     /// verification: the test CA, `host:port` resolved to 127.0.0.1, no proxy.
     func curlArguments(host: String) -> [String] {
-        ["--cacert", certs.caFile.path, "--resolve", "\(host):\(port):127.0.0.1", "--noproxy", "*"]
+        ["--cacert", certs.caFile.path, "--resolve", "\(host):\(port):\(address)", "--noproxy", "*"]
     }
 
     /// The emulator's counters, fetched over HTTPS as `host` (which must be
@@ -267,13 +269,20 @@ final class TargetFixture: @unchecked Sendable {
 
 /// The port of a "… listening on 127.0.0.1:PORT" line.
 private func parseLoopbackPort(_ line: String, after prefix: String) throws -> Int {
+    let (address, port) = try parseLoopbackAddress(line, after: prefix)
+    guard address == "127.0.0.1" else { throw FixtureError("cannot read a 127.0.0.1 port from \"\(line)\"") }
+    return port
+}
+
+/// The loopback address and port of a "… listening on 127.x.y.z:PORT" line.
+private func parseLoopbackAddress(_ line: String, after prefix: String) throws -> (String, Int) {
     let address = line.dropFirst(prefix.count).trimmingCharacters(in: .whitespaces)
     guard let colon = address.lastIndex(of: ":"),
-        address[..<colon] == "127.0.0.1",
+        address[..<colon].hasPrefix("127."),
         let port = Int(address[address.index(after: colon)...]),
         (1...65535).contains(port)
     else {
-        throw FixtureError("cannot read a 127.0.0.1 port from \"\(line)\"")
+        throw FixtureError("cannot read a loopback address and port from \"\(line)\"")
     }
-    return port
+    return (String(address[..<colon]), port)
 }

@@ -1,0 +1,182 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The names of the login protocol, all served by one emulator.
+let loginTeamDomain = "emulator.cloudflareaccess.com"
+let loginTransferHost = "login.cloudflareaccess.org"
+/// The emulator's default application AUD (reference/EMULATOR.md).
+let loginDefaultAUD = "4b1d6c0e8f2a93d57e6c1b0a9f8e7d6c5b4a39281706f5e4d3c2b1a098f7e6d5"
+
+/// One certificate for the app host, the team domain and the transfer service, per test process.
+let sharedLoginCerts: Result<CertSet, Error> = Result {
+    try EdgeFixture.makeCerts(hosts: [testHost, loginTeamDomain, loginTransferHost])
+}
+
+/// A loopback address of this test's own, so that every emulator can listen on port 443: the
+/// team domain's key set is fetched from `https://<auth_domain>/…` (port 443), as from Cloudflare.
+private let loginAddressCounter = LockedCounter()
+private func nextLoginAddress() -> String {
+    let n = loginAddressCounter.next()
+    return "127.\(100 + Int(getpid()) % 150).\(1 + n / 250).\(1 + n % 250)"
+}
+
+final class LockedCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func next() -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        value += 1
+        return value
+    }
+}
+
+/// An Access edge speaking the whole login protocol on `127.x.y.z:443`, a token directory, and a
+/// scripted browser (`scripts/test-browser`) that logs the URLs it opens. Every name — the app
+/// host, `<team>.cloudflareaccess.com`, `login.cloudflareaccess.org` — reaches the emulator through
+/// `--resolve`, with real TLS verification against the test CA.
+final class LoginWorld: @unchecked Sendable {
+    let edge: EdgeFixture
+    let tokenDir: URL
+    let browserLog: URL
+    private let scratch: URL
+
+    /// - Parameters:
+    ///   - target: the TCP target of the tunnel (`--target`).
+    ///   - edgeArguments: more `serve` options (login mode, faults, TTLs).
+    init(target: String, edgeArguments: [String] = []) throws {
+        let certs = try sharedLoginCerts.get()
+        edge = try EdgeFixture(certs: certs, target: target, listen: "\(nextLoginAddress()):443",
+                               extraArguments: edgeArguments)
+        scratch = try makeTempDir("cfat-login")
+        tokenDir = scratch.appendingPathComponent("tokens")
+        browserLog = scratch.appendingPathComponent("browser.log")
+    }
+
+    deinit {
+        edge.stop()
+        try? FileManager.default.removeItem(at: scratch)
+    }
+
+    /// `HOST:443:ADDRESS` for every name of the login protocol.
+    var resolveEntries: [String] {
+        [testHost, loginTeamDomain, loginTransferHost].map { "\($0):443:\(edge.address)" }
+    }
+
+    /// The flags every client command of these tests shares (no credential).
+    var commonArguments: [String] {
+        ["--ca-file", edge.certs.caFile.path, "--token-dir", tokenDir.path,
+         "--transfer-poll-interval", "0.2", "--transfer-polls", "100"]
+            + resolveEntries.flatMap { ["--resolve", $0] }
+    }
+
+    /// `cf-access-tcp` tunnel arguments for the app host, with no credential.
+    var tunnelArguments: [String] { ["--hostname", testHost] + commonArguments }
+
+    /// The environment that makes `scripts/test-browser` the browser.
+    func browserEnvironment(extra: [String: String] = [:]) throws -> [String: String] {
+        var environment = [
+            "BROWSER": try testBrowserPath(),
+            "CF_ACCESS_TEST_CA": edge.certs.caFile.path,
+            "CF_ACCESS_TEST_RESOLVE": resolveEntries.joined(separator: ","),
+            "CF_ACCESS_TEST_BROWSER_LOG": browserLog.path,
+        ]
+        environment.merge(extra) { _, new in new }
+        return environment
+    }
+
+    /// The URLs the scripted browser was asked to open.
+    var browserOpens: [String] {
+        ((try? String(contentsOf: browserLog, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// The app token's file, named as cloudflared names it.
+    var appTokenFile: URL { tokenDir.appendingPathComponent("\(testHost)-\(loginDefaultAUD)-token") }
+    /// The org token's file.
+    var orgTokenFile: URL { tokenDir.appendingPathComponent("\(loginTeamDomain)-org-token") }
+
+    /// The token files in the directory (names ending in `-token`).
+    var tokenFileNames: [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: tokenDir.path)) ?? []).filter { $0.hasSuffix("-token") }.sorted()
+    }
+
+    /// One login counter of the emulator.
+    func counter(_ name: String) throws -> Int {
+        let data = try edge.statsJSON(host: testHost)
+        guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let value = object[name] as? Int else {
+            throw FixtureError("no counter \(name) in \(String(decoding: data, as: UTF8.self))")
+        }
+        return value
+    }
+
+    /// `POST /cdn-cgi/edge/admin/<path>` on the emulator; returns the body.
+    @discardableResult
+    func admin(_ path: String) throws -> String {
+        let curl = which("curl")
+        try requireRealPart(curl != nil, "curl (package curl)")
+        let arguments = ["-sS", "--fail-with-body", "--max-time", "10", "-X", "POST"] + edge.curlArguments(host: testHost)
+            + ["https://\(testHost):443/cdn-cgi/edge/admin/\(path)"]
+        let result = try run(URL(fileURLWithPath: curl!), arguments, timeout: 20)
+        guard result.status == 0 else {
+            throw FixtureError("admin \(path) failed (\(result.status)): \(result.stdout) \(result.stderr)")
+        }
+        return result.stdout
+    }
+
+    /// Writes `content` as a token file with `mode` (the directory is made 0700 first).
+    func writeTokenFile(_ url: URL, _ content: String, mode: mode_t = 0o600) throws {
+        try FileManager.default.createDirectory(at: tokenDir, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try Data(content.utf8).write(to: url)
+        chmod(url.path, mode)
+    }
+}
+
+/// The file mode bits of `url`.
+func fileMode(_ url: URL) -> mode_t? {
+    var info = stat()
+    guard stat(url.path, &info) == 0 else { return nil }
+    return info.st_mode & 0o777
+}
+
+/// `scripts/test-browser` of this checkout (the package root is above `.build`).
+func testBrowserPath() throws -> String {
+    var directory = TestPaths.binDir
+    for _ in 0..<6 {
+        let candidate = directory.appendingPathComponent("scripts/test-browser")
+        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate.path }
+        directory = directory.deletingLastPathComponent()
+    }
+    let fromSource = URL(fileURLWithPath: #filePath).deletingLastPathComponent()   // Tests/IntegrationTests/Support
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("scripts/test-browser")
+    if FileManager.default.isExecutableFile(atPath: fromSource.path) { return fromSource.path }
+    throw FixtureError("scripts/test-browser not found above \(TestPaths.binDir.path)")
+}
+
+/// Runs `cf-access-tcp` in stdin/stdout mode, sends `payload` and expects it echoed; returns
+/// the process after it exited (for its stderr).
+@discardableResult
+func echoThroughStdio(arguments: [String], environment: [String: String], payload: String,
+                      timeout: TimeInterval = 60) throws -> ManagedProcess {
+    let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments, environment: environment,
+                                     stdin: .pipe)
+    try process.writeStdin(Data(payload.utf8))
+    let echoed: Data
+    do {
+        echoed = try process.waitForStdout(byteCount: payload.utf8.count, timeout: timeout)
+    } catch {
+        process.terminate()
+        throw FixtureError("no echo: \(error)\n\(process.outputReport())")
+    }
+    guard echoed == Data(payload.utf8) else {
+        throw FixtureError("echo mismatch: \(String(decoding: echoed, as: UTF8.self))\n\(process.outputReport())")
+    }
+    process.closeStdin()
+    let status = try process.waitForExit(timeout: 20)
+    guard status == 0 else { throw FixtureError("exit status \(status)\n\(process.outputReport())") }
+    return process
+}
