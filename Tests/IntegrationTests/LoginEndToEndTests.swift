@@ -179,7 +179,7 @@ struct LoginEndToEndTests {
         defer { listener.stop() }
         #expect(world.browserOpens.count == 1)
 
-        func roundTrip(_ text: String) throws {
+        @Sendable func roundTrip(_ text: String) throws {
             let client = try ClientSocket(port: listener.port)
             try client.send(Array(text.utf8))
             var got: [UInt8] = []
@@ -191,9 +191,20 @@ struct LoginEndToEndTests {
         }
         try roundTrip("one")
         let firstToken = try String(contentsOf: world.appTokenFile, encoding: .utf8)
-        // Let the 3 s token expire: the next connection gets a new one (org-token exchange).
+        // Let the 3 s token expire: the next connections get a new one (one org-token exchange
+        // for all of them, never one per connection).
         Thread.sleep(forTimeInterval: 4.5)
-        try roundTrip("two")
+        let group = DispatchGroup()
+        let failures = LockedResults()
+        for index in 0..<4 {
+            group.enter()
+            DispatchQueue.global().async {
+                defer { group.leave() }
+                do { try roundTrip("two-\(index)") } catch { failures.add(.failure(error)) }
+            }
+        }
+        group.wait()
+        #expect(failures.all.isEmpty, "\(failures.all)")
         #expect(try world.counter("orgExchanges") == 1)
         let secondToken = try String(contentsOf: world.appTokenFile, encoding: .utf8)
         #expect(secondToken != firstToken)
@@ -206,6 +217,23 @@ struct LoginEndToEndTests {
         #expect(try world.counter("upgradesRejected") == rejectedBefore + 1)
         #expect(try world.counter("orgExchanges") == 2)
         #expect(world.browserOpens.count == 1)
+    }
+
+    @Test("Ctrl-C while waiting for the login exits at once and leaves no lock behind")
+    func interruptDuringLogin() throws {
+        let world = try LoginWorld(target: "127.0.0.1:9", edgeArguments: ["--login-mode", "manual"])
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), world.tunnelArguments,
+                                         environment: try world.browserEnvironment(), stdin: .pipe)
+        defer { process.terminate() }
+        _ = try process.waitForStderr(containing: "Waiting for login", timeout: 30)
+        let lock = world.appTokenFile.path + ".lock"
+        #expect(FileManager.default.fileExists(atPath: lock))
+        process.send(signal: SIGINT)
+        #expect(try process.waitForExit(timeout: 10) == 130)
+        #expect(process.stderrText.contains("cf-access-tcp: login cancelled"))
+        let leftovers = ((try? FileManager.default.contentsOfDirectory(atPath: world.tokenDir.path)) ?? [])
+            .filter { $0.hasSuffix(".lock") || $0.hasSuffix(".url") || $0.hasSuffix("-token") }
+        #expect(leftovers.isEmpty, "\(leftovers)")
     }
 
     @Test("login checks the token with the edge, token prints it, logout removes it")
