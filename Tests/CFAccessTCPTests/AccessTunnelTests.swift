@@ -56,6 +56,7 @@ final class ScriptedTransport: TunnelTransport, @unchecked Sendable {
     private var script: [ProbeOutcome]
     private(set) var probes: [CarrierConfiguration] = []
     private(set) var servedLimits: [ListenerLimits] = []
+    private(set) var servedAuthorizers: [(any ConnectionAuthorizer)?] = []
     let closedServings = LockedBox(0)
 
     init(_ script: [ProbeOutcome]) { self.script = script }
@@ -76,7 +77,10 @@ final class ScriptedTransport: TunnelTransport, @unchecked Sendable {
 
     func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
                limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
-        lock.withLock { servedLimits.append(limits) }
+        lock.withLock {
+            servedLimits.append(limits)
+            servedAuthorizers.append(authorizer)
+        }
         return FakeServing(port: 40_000, closed: closedServings)
     }
 
@@ -302,3 +306,77 @@ struct AccessTunnelTests {
         #expect(transport.probes.isEmpty)
     }
 }
+
+/// A flow whose refreshes take a moment (so concurrent callers overlap) and are counted.
+final class SlowRefreshFlow: OAuthFlow, @unchecked Sendable {
+    let calls = LockedBox<[Bool]>([])
+    private let generation = LockedBox(0)
+    func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
+        calls.withLock { $0.append(refresh) }
+        if refresh {
+            try? await Task.sleep(nanoseconds: 50_000_000)
+            return "app.token.\(generation.withLock { $0 += 1; return $0 })"
+        }
+        return "app.token.\(generation.withLock { $0 })"
+    }
+}
+
+@Suite("listener connections and OAuth tokens (scripted transport)")
+struct ConnectionAuthorizerTests {
+    @Test("each connection asks the flow for the current token; refusals of one token share one refresh")
+    func refusalsShareOneRefresh() async throws {
+        let transport = ScriptedTransport([.succeed])
+        let flow = SlowRefreshFlow()
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .oauth(flow))
+        let authorizer = try #require(transport.servedAuthorizers.last ?? nil)
+
+        let (first, kind) = try await authorizer.request(rejected: nil)
+        #expect(kind == .accessToken)
+        #expect(first.value(forHeader: "Cf-Access-Token") == "app.token.0")
+        #expect(first.value(forHeader: "Cf-Access-Client-Id") == nil)
+
+        // Three connections refused with the same token at once: one refresh, one new token.
+        async let a = authorizer.request(rejected: first)
+        async let b = authorizer.request(rejected: first)
+        async let c = authorizer.request(rejected: first)
+        let fresh = try await [a.0, b.0, c.0].map { $0.value(forHeader: "Cf-Access-Token") }
+        #expect(fresh == ["app.token.1", "app.token.1", "app.token.1"])
+        #expect(flow.calls.withLock { $0.filter { $0 }.count } == 1)
+
+        // A late refusal of the old token gets the replacement without another refresh; a
+        // refusal of the replacement refreshes again.
+        let late = try await authorizer.request(rejected: first)
+        #expect(late.0.value(forHeader: "Cf-Access-Token") == "app.token.1")
+        #expect(flow.calls.withLock { $0.filter { $0 }.count } == 1)
+        let again = try await authorizer.request(rejected: late.0)
+        #expect(again.0.value(forHeader: "Cf-Access-Token") == "app.token.2")
+        #expect(flow.calls.withLock { $0.filter { $0 }.count } == 2)
+        // New connections get the flow's current token.
+        #expect(try await authorizer.request(rejected: nil).0.value(forHeader: "Cf-Access-Token") == "app.token.2")
+        await tunnel.disconnect()
+    }
+
+    @Test("a service token needs no authorizer; a failing refresh reaches the connection")
+    func serviceTokenAndFailure() async throws {
+        let plain = ScriptedTransport([.succeed])
+        let tunnel = makeTunnel(plain, clock: ManualClock())
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+        #expect(plain.servedAuthorizers.count == 1)
+        #expect(plain.servedAuthorizers.first.map { $0 == nil } == true)
+        await tunnel.disconnect()
+
+        // A fixed access token cannot be refreshed: the refused connection gets the plain failure.
+        let fixed = ScriptedTransport([.succeed])
+        let fixedTunnel = makeTunnel(fixed, clock: ManualClock())
+        _ = try await fixedTunnel.connect(hostname: "ssh.example.com", method: .accessToken("given.token"))
+        let authorizer = try #require(fixed.servedAuthorizers.last ?? nil)
+        let (request, _) = try await authorizer.request(rejected: nil)
+        #expect(request.value(forHeader: "Cf-Access-Token") == "given.token")
+        await #expect(throws: TunnelFailure.accessRejected(host: "ssh.example.com", credential: .accessToken, loginURL: nil)) {
+            _ = try await authorizer.request(rejected: request)
+        }
+        await fixedTunnel.disconnect()
+    }
+}
+
