@@ -13,7 +13,7 @@ public struct SetCookie: Sendable, Equatable {
 
     /// Parses `name=value; Attr…`; nil when there is no `=` or the name is empty.
     public static func parse(_ header: String) -> SetCookie? {
-        let pair = header.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        let pair = String(header.prefix { $0 != ";" })
         guard let equals = pair.firstIndex(of: "=") else { return nil }
         let name = String(pair[..<equals]).trimmingWhitespace
         var value = String(pair[pair.index(after: equals)...]).trimmingWhitespace
@@ -64,7 +64,8 @@ struct SplitURL: Equatable {
         if location.hasPrefix("//") { return SplitURL(scheme + ":" + location) }
         if location.hasPrefix("/") { return SplitURL(scheme + "://" + authority + location) }
         if location.hasPrefix("?") { return SplitURL(scheme + "://" + authority + path + location) }
-        let directory = path.hasSuffix("/") ? path : String(path[...(path.lastIndex(of: "/") ?? path.startIndex)])
+        // `path` starts with "/" (see init): its directory is everything up to its last "/".
+        let directory = String(path.reversed().drop { $0 != "/" }.reversed())
         return SplitURL(scheme + "://" + authority + directory + location)
     }
 }
