@@ -145,8 +145,8 @@ struct JWKSEdgeCaseTests {
 
     @Test func aCacheTimeInTheFarFutureIsFetchedAgain() {
         let now = Date(timeIntervalSince1970: AuthVectors.iat)
-        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(25 * 3600), hasKey: true, now: now) == .fetch)
-        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(3600), hasKey: true, now: now) == .useCached)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(25 * 3600), hasKey: true, lastFetchedByUs: nil, now: now) == .fetch)
+        #expect(JWKSCachePolicy.decide(cachedAt: now.addingTimeInterval(3600), hasKey: true, lastFetchedByUs: nil, now: now) == .useCached)
     }
 }
 
