@@ -96,6 +96,7 @@ struct LoginCommandLineTests {
         try requireRealPart(which("ip") != nil, "iproute2's ip (for a test network namespace)")
         try requireRealPart(which("curl") != nil, "curl (plays the other device)")
         let namespace = "cfat-login-\(getpid())"
+        _ = try? run("ip", ["netns", "del", namespace])  // left over by a killed run with the same pid
         #expect(try run("ip", ["netns", "add", namespace]).status == 0)
         defer { _ = try? run("ip", ["netns", "del", namespace]) }
         #expect(try run("ip", inNamespace(namespace, ["ip", "link", "set", "lo", "up"])).status == 0)
@@ -130,7 +131,7 @@ struct LoginCommandLineTests {
             "--resolve", "\(Self.appHost):443:127.0.0.1", url,
         ]))
         #expect(device.stdout == "200", "\(device.stderr)")
-        #expect(try login.waitForExit(timeout: 90) == 0, "\(login.outputReport())")
+        #expect(try login.waitForExit(timeout: 120) == 0, "\(login.outputReport())")
         let token = login.stdoutText.trimmingCharacters(in: .newlines)
         #expect(token.hasPrefix("eyJ") && token.split(separator: ".").count == 3)
         #expect(login.stderrText.contains("cf-access-tcp: logged in to \(Self.appHost); the token is cached in \(tokens.path)"))
