@@ -1,5 +1,6 @@
 internal import CCFWebSockets
 internal import CCFOpenSSL
+internal import CCFShim
 import AccessCore
 import Foundation
 import Logging
@@ -18,9 +19,13 @@ final class Bridge {
     private unowned let loop: CarrierLoop
     private var localFD: Int32
     private var webSocket: OpaquePointer?
-    private var local: OpaquePointer?
-    /// The adopted local wsi, kept after `local` is cleared, to recognise its WSI_DESTROY.
-    private var localHandle: OpaquePointer?
+    /// After the upgrade: the WebSocket's TLS session and socket, which the bridge reads and
+    /// writes itself (libwebsockets owns and finally frees them).
+    private var ssl: OpaquePointer?
+    private var edgeFD: Int32 = -1
+    /// What epoll watches on each socket now.
+    private var localEvents: UInt32 = 0
+    private var edgeEvents: UInt32 = 0
     private var closeLocalRequested = false
     /// No more bytes will come from / go to the WebSocket.
     private var webSocketDone = false
@@ -28,14 +33,24 @@ final class Bridge {
     private var localDone = false
     /// libwebsockets has destroyed the WebSocket wsi (or never made one): no callback can follow.
     private var webSocketReleased = false
-    /// The local wsi is destroyed, or the unadopted descriptor closed: no callback can follow.
+    /// The local socket is closed: nothing of it remains.
     private var localReleased = false
     private var established = false
     private var reportedFailure = false
+    /// Framed, masked bytes the TLS stream has not taken yet.
     private var toOrigin = ByteQueue()
+    /// Payload the local socket has not taken yet.
     private var toLocal = ByteQueue()
+    private var reader = FrameReader()
+    private var readerStopped = false
+    private var random = SystemRandomNumberGenerator()
+    /// Reading the local socket is paused: `toOrigin` is above the high watermark.
     private var localPaused = false
+    /// Reading the TLS stream is paused: `toLocal` is above the high watermark.
     private var webSocketPaused = false
+    /// Our Close frame is sent (or queued); the edge's Close frame has arrived.
+    private var closeSent = false
+    private var closeReceived = false
     private var tlsReason: String?
     private var closeWebSocketWith: lws_close_status?
     private(set) var bytesToOrigin = 0
@@ -44,7 +59,6 @@ final class Bridge {
     private var keepaliveSnapshot = (toOrigin: 0, fromOrigin: 0)
     private var unansweredPings = 0
     private var heardPong = false
-    private var pingPending = false
 
     private let handshake: Handshake
 
@@ -132,38 +146,24 @@ final class Bridge {
             return 0
         case LWS_CALLBACK_CLIENT_ESTABLISHED:
             webSocket = wsi
-            onEstablished()
+            onEstablished(wsi: wsi)
             armKeepalive(wsi)
-            return 0
-        case LWS_CALLBACK_CLIENT_RECEIVE_PONG:
-            heardPong = true
             return 0
         case LWS_CALLBACK_TIMER:
             return keepaliveTick(wsi)
         case LWS_CALLBACK_CLIENT_RECEIVE:
-            return onOriginData(wsi: wsi, input: input, len: len)
-        case LWS_CALLBACK_CLIENT_WRITEABLE:
-            return writeToOrigin(wsi: wsi)
+            // Bytes libwebsockets parsed itself would be out of order with ours: never expected,
+            // since it stops reading at the upgrade.
+            logger.error("connection \(id): libwebsockets delivered WebSocket data after the upgrade; closing")
+            return -1
         case LWS_CALLBACK_CLIENT_CLOSED:
             onWebSocketClosed()
             return 0
-        case LWS_CALLBACK_RAW_RX:
-            return onLocalData(input: input, len: len)
-        case LWS_CALLBACK_RAW_WRITEABLE:
-            return writeToLocal(wsi: wsi)
-        case LWS_CALLBACK_RAW_CLOSE:
-            onLocalClosed()
-            return 0
         case LWS_CALLBACK_WSI_DESTROY:
-            if wsi == localHandle {
-                local = nil
-                localDone = true
-                localReleased = true
-            } else {
-                webSocket = nil
-                webSocketDone = true
-                webSocketReleased = true
-            }
+            webSocket = nil
+            webSocketDone = true
+            webSocketReleased = true
+            if ssl != nil { onWebSocketClosed() }
             finishIfDone()
             return 0
         default:
@@ -216,7 +216,7 @@ final class Bridge {
         reportedFailure = true
         // The owner reports the plain message to people; the log keeps the technical detail.
         logger.debug("connection \(id) failed: \(failure.detail)")
-        if !established, local == nil, !localDone {
+        if !established, !localDone {
             if handshake.handBackOnRefusal, failure.category == .authentication {
                 let fd = localFD
                 localFD = -1
@@ -233,127 +233,297 @@ final class Bridge {
         loop.onEvent(.failed(id: id, failure))
     }
 
-    private func onEstablished() {
+    /// The upgrade succeeded: from here on the bridge reads and writes the TLS stream and the
+    /// local socket itself (both watched by the loop's epoll), and libwebsockets only keeps the
+    /// connection's TLS session and socket, its timer, and closes them at the end.
+    private func onEstablished(wsi: OpaquePointer) {
         established = true
         logger.debug("connection \(id): WebSocket established")
-        var desc = lws_adopt_desc_t()
-        desc.vh = loop.vhost
-        desc.type = LWS_ADOPT_SOCKET
-        desc.fd.sockfd = localFD
-        desc.opaque = opaque
-        let adopted: OpaquePointer? = CarrierLoop.rawProtocolName.withCString { name in
-            desc.vh_prot_name = name
-            return lws_adopt_descriptor_vhost_via_info(&desc)
-        }
-        guard let adopted else {
-            logger.error("connection \(id): libwebsockets could not adopt the local socket")
-            Glibc.close(localFD)
-            localFD = -1
-            localDone = true
-            localReleased = true
-            closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
+        let fd = lws_get_socket_fd(wsi)
+        guard let session = lws_get_ssl(wsi), fd >= 0 else {
+            logger.error("connection \(id): the WebSocket has no TLS session to carry the data")
+            closeLocal()
+            killWebSocket()
             return
         }
-        local = adopted
-        localHandle = adopted
+        // libwebsockets must not read this socket any more: its per-byte frame parser is slow.
+        _ = lws_rx_flow_control(wsi, 0)
+        _ = SSL_ctrl(session, SSL_CTRL_MODE,
+                     Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
+        ssl = session
+        edgeFD = fd
+        let flags = fcntl(localFD, F_GETFL)
+        _ = fcntl(localFD, F_SETFL, flags | O_NONBLOCK)
+        loop.watch(fd: localFD, tag: tag(.local), events: EPOLLIN.rawValue)
+        localEvents = EPOLLIN.rawValue
+        loop.watch(fd: edgeFD, tag: tag(.edge), events: EPOLLIN.rawValue)
+        edgeEvents = EPOLLIN.rawValue
         loop.onEvent(.established(id: id))
+        // OpenSSL may already hold decrypted bytes that epoll cannot announce.
+        readEdge()
+    }
+
+    enum Side: UInt64 { case local = 0, edge = 1 }
+
+    private func tag(_ side: Side) -> UInt64 { UInt64(id) << 1 | side.rawValue }
+
+    /// An epoll event for one of the two sockets.
+    func onEvent(_ side: Side, events: UInt32) {
+        let failed = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
+        switch side {
+        case .local:
+            guard localFD >= 0 else { return }
+            if events & EPOLLOUT.rawValue != 0 || failed { flushLocal() }
+            if events & EPOLLIN.rawValue != 0 || failed {
+                if failed && (localPaused || !readingLocal) {
+                    // Nothing more can be read or written there.
+                    onLocalEnded()
+                } else {
+                    readLocal()
+                }
+            }
+        case .edge:
+            guard ssl != nil else { return }
+            if events & EPOLLOUT.rawValue != 0 { flushEdge() }
+            if events & EPOLLIN.rawValue != 0 || failed {
+                if failed && webSocketPaused { tearDownEdge() } else { readEdge() }
+            }
+        }
+        updateInterest()
     }
 
     // MARK: Local → origin
 
-    private func onLocalData(input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        guard let input, len > 0 else { return 0 }
-        toOrigin.append(UnsafeRawBufferPointer(start: input, count: len))
-        if toOrigin.count >= loop.tuning.highWatermark, !localPaused, let local {
-            localPaused = true
-            _ = lws_rx_flow_control(local, 0)
+    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent }
+
+    private func readLocal() {
+        let chunk = loop.tuning.chunkSize
+        let payload = loop.txBuffer + WebSocketFrames.maxClientHeader
+        // A few reads per event, so one busy connection cannot starve the others.
+        for _ in 0..<4 {
+            guard readingLocal, !localPaused else { return }
+            let n = recv(localFD, payload, chunk, 0)
+            if n > 0 {
+                bytesToOrigin += n
+                sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
+                if n < chunk { return }
+            } else if n == 0 {
+                onLocalEnded()
+                return
+            } else {
+                if errno == EINTR { continue }
+                if errno != EAGAIN && errno != EWOULDBLOCK { onLocalEnded() }
+                return
+            }
         }
-        if let webSocket { _ = lws_callback_on_writable(webSocket) }
-        return 0
     }
 
-    private func writeToOrigin(wsi: OpaquePointer) -> Int32 {
-        let pre = loop.pre
-        let scratch = loop.scratch
-        if pingPending {
-            pingPending = false
-            if lws_write(wsi, scratch + pre, 0, LWS_WRITE_PING) < 0 { return -1 }
-            if lws_send_pipe_choked(wsi) != 0 {
-                _ = lws_callback_on_writable(wsi)
-                return 0
+    /// Frames, masks and sends `count` bytes that sit in a buffer with header room before them.
+    private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) {
+        let key = UInt32.random(in: .min ... .max, using: &random)
+        let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
+        writeEdge(UnsafeRawBufferPointer(start: frame, count: payload + count - frame))
+    }
+
+    private func sendControl(opcode: UInt8, payload: [UInt8]) {
+        let room = loop.controlBuffer + WebSocketFrames.maxClientHeader
+        let count = min(payload.count, 125)
+        payload.withUnsafeBytes { room.copyMemory(from: $0.baseAddress!, byteCount: count) }
+        sendFrame(opcode: opcode, payload: room, count: count)
+    }
+
+    /// Writes framed bytes to the TLS stream, queueing what the socket does not take now.
+    private func writeEdge(_ bytes: UnsafeRawBufferPointer) {
+        guard ssl != nil else { return }
+        var offset = 0
+        if toOrigin.isEmpty {
+            while offset < bytes.count {
+                let w = sslWrite(bytes.baseAddress! + offset, bytes.count - offset)
+                if w > 0 {
+                    offset += w
+                } else if w == 0 {
+                    break
+                } else {
+                    tearDownEdge()
+                    return
+                }
             }
         }
-        while !toOrigin.isEmpty {
-            var failed = false
-            let sent = toOrigin.consume(upTo: loop.tuning.chunkSize) { chunk in
-                (scratch + pre).update(from: chunk.bindMemory(to: UInt8.self).baseAddress!, count: chunk.count)
-                if lws_write(wsi, scratch + pre, chunk.count, LWS_WRITE_BINARY) < chunk.count { failed = true }
-                return chunk.count
-            }
-            if failed {
-                logger.info("connection \(id): writing to the WebSocket failed")
-                return -1
-            }
-            bytesToOrigin += sent
-            if lws_send_pipe_choked(wsi) != 0 { break }
+        if offset < bytes.count {
+            toOrigin.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            if toOrigin.count >= loop.tuning.highWatermark { localPaused = true }
         }
-        if localPaused, toOrigin.count <= loop.tuning.lowWatermark, let local {
-            localPaused = false
-            _ = lws_rx_flow_control(local, 1)
-        }
-        if !toOrigin.isEmpty {
-            _ = lws_callback_on_writable(wsi)
-            return 0
-        }
-        if let status = closeWebSocketWith ?? (localDone ? LWS_CLOSE_STATUS_NORMAL : nil) {
-            lws_close_reason(wsi, status, nil, 0)
+    }
+
+    /// SSL_write: bytes written, 0 when the socket is full, -1 when the stream failed.
+    private func sslWrite(_ p: UnsafeRawPointer, _ count: Int) -> Int {
+        guard let ssl else { return -1 }
+        ERR_clear_error()
+        let r = SSL_write(ssl, p, Int32(min(count, 1 << 30)))
+        if r > 0 { return Int(r) }
+        switch SSL_get_error(ssl, r) {
+        case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ: return 0
+        default:
+            logger.info("connection \(id): writing to the WebSocket failed")
             return -1
         }
-        return 0
+    }
+
+    private func flushEdge() {
+        while !toOrigin.isEmpty, ssl != nil {
+            var failed = false
+            let sent = toOrigin.consume(upTo: 1 << 20) { chunk in
+                let w = sslWrite(chunk.baseAddress!, chunk.count)
+                if w < 0 { failed = true }
+                return max(0, w)
+            }
+            if failed { tearDownEdge(); return }
+            if sent == 0 { break }
+        }
+        if localPaused, toOrigin.count <= loop.tuning.lowWatermark { localPaused = false }
+        if toOrigin.isEmpty, closeSent, closeReceived { tearDownEdge() }
+    }
+
+    /// The local peer closed (or failed): the WebSocket ends with a Close frame after what is queued.
+    private func onLocalEnded() {
+        logger.debug("connection \(id): local side closed")
+        closeLocal()
+        sendClose(closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL)
     }
 
     // MARK: Origin → local
 
-    private func onOriginData(wsi: OpaquePointer, input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        if lws_frame_is_binary(wsi) == 0 {
-            logger.error("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
-            closeWebSocket(status: LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
-            return 0
+    private func readEdge() {
+        let buffer = loop.rxBuffer
+        let capacity = loop.rxCapacity
+        var budget = 1 << 20
+        while ssl != nil, !webSocketPaused, budget > 0 {
+            var filled = 0
+            var drained = false
+            var ended = false
+            // Whole records only (the space left is at least one record), so OpenSSL keeps no
+            // decrypted bytes back that epoll would not announce.
+            while capacity - filled >= 16 << 10 + 256, let ssl {
+                ERR_clear_error()
+                let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
+                if r > 0 { filled += Int(r); continue }
+                let error = SSL_get_error(ssl, r)
+                if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { drained = true } else { ended = true }
+                break
+            }
+            if filled > 0 { onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled)) }
+            budget -= filled
+            if ended {
+                logger.debug("connection \(id): the WebSocket's TLS stream ended")
+                tearDownEdge()
+                return
+            }
+            if drained { return }
         }
-        guard let input, len > 0 else { return 0 }
-        if localDone { return 0 }
-        toLocal.append(UnsafeRawBufferPointer(start: input, count: len))
-        bytesFromOrigin += len
-        if toLocal.count >= loop.tuning.highWatermark, !webSocketPaused {
-            webSocketPaused = true
-            _ = lws_rx_flow_control(wsi, 0)
-        }
-        if let local { _ = lws_callback_on_writable(local) }
-        return 0
     }
 
-    private func writeToLocal(wsi: OpaquePointer) -> Int32 {
-        let pre = loop.pre
-        let scratch = loop.scratch
-        while !toLocal.isEmpty {
-            var failed = false
-            _ = toLocal.consume(upTo: loop.tuning.chunkSize) { chunk in
-                (scratch + pre).update(from: chunk.bindMemory(to: UInt8.self).baseAddress!, count: chunk.count)
-                if lws_write(wsi, scratch + pre, chunk.count, LWS_WRITE_HTTP) < chunk.count { failed = true }
-                return chunk.count
+    private func onEdgeBytes(_ bytes: UnsafeRawBufferPointer) {
+        // After a Close or a protocol violation nothing more is parsed; the edge's TLS stream is
+        // read until it ends or the Close timer fires.
+        if readerStopped { return }
+        reader.feed(bytes) { event in
+            switch event {
+            case .data(let payload):
+                if closeSent || localFD < 0 { return true }   // nobody to deliver to any more
+                bytesFromOrigin += payload.count
+                deliverToLocal(payload)
+                return true
+            case .pong:
+                heardPong = true
+                return true
+            case .ping(let payload):
+                if !closeSent { sendControl(opcode: WebSocketFrames.opPong, payload: payload) }
+                return true
+            case .close(let payload):
+                logger.debug("connection \(id): the edge sent a Close frame")
+                closeReceived = true
+                if !closeSent {
+                    closeSent = true
+                    // Echo the status code (RFC 6455 §5.5.1).
+                    sendControl(opcode: WebSocketFrames.opClose, payload: Array(payload.prefix(2)))
+                }
+                readerStopped = true
+                if toOrigin.isEmpty { tearDownEdge() }
+                return false
+            case .text:
+                if !closeSent {
+                    logger.error("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
+                    closeWebSocketWith = LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE
+                    sendClose(LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
+                }
+                return true
+            case .violation(let what):
+                logger.error("connection \(id): the edge sent \(what); closing the tunnel")
+                readerStopped = true
+                sendClose(LWS_CLOSE_STATUS_PROTOCOL_ERR)
+                return false
             }
-            if failed { return -1 }
-            if lws_send_pipe_choked(wsi) != 0 { break }
         }
-        if webSocketPaused, toLocal.count <= loop.tuning.lowWatermark, let webSocket {
+    }
+
+    private func deliverToLocal(_ payload: UnsafeRawBufferPointer) {
+        var offset = 0
+        if toLocal.isEmpty {
+            while offset < payload.count {
+                let n = send(localFD, payload.baseAddress! + offset, payload.count - offset, Int32(MSG_NOSIGNAL))
+                if n > 0 { offset += n; continue }
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+                onLocalEnded()
+                return
+            }
+        }
+        if offset < payload.count {
+            toLocal.append(UnsafeRawBufferPointer(rebasing: payload[offset...]))
+            if toLocal.count >= loop.tuning.highWatermark { webSocketPaused = true }
+        }
+    }
+
+    private func flushLocal() {
+        while !toLocal.isEmpty, localFD >= 0 {
+            var failed = false
+            let sent = toLocal.consume(upTo: 1 << 20) { chunk in
+                let n = send(localFD, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
+                if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR { failed = true }
+                return max(0, n)
+            }
+            if failed { onLocalEnded(); return }
+            if sent == 0 { break }
+        }
+        if webSocketPaused, toLocal.count <= loop.tuning.lowWatermark {
             webSocketPaused = false
-            _ = lws_rx_flow_control(webSocket, 1)
+            // Resume at once: epoll only announces what is in the kernel.
+            readEdge()
         }
-        if !toLocal.isEmpty {
-            _ = lws_callback_on_writable(wsi)
-            return 0
+        if toLocal.isEmpty, webSocketDone || closeLocalRequested { closeLocal() }
+    }
+
+    // MARK: Interest
+
+    private func updateInterest() {
+        if localFD >= 0 {
+            var want: UInt32 = 0
+            if readingLocal && !localPaused { want |= EPOLLIN.rawValue }
+            if !toLocal.isEmpty { want |= EPOLLOUT.rawValue }
+            if want != localEvents {
+                localEvents = want
+                loop.modify(fd: localFD, tag: tag(.local), events: want)
+            }
         }
-        return webSocketDone || closeLocalRequested ? -1 : 0
+        if ssl != nil, edgeFD >= 0 {
+            var want: UInt32 = 0
+            if !webSocketPaused { want |= EPOLLIN.rawValue }
+            if !toOrigin.isEmpty { want |= EPOLLOUT.rawValue }
+            if want != edgeEvents {
+                edgeEvents = want
+                loop.modify(fd: edgeFD, tag: tag(.edge), events: want)
+            }
+        }
     }
 
     // MARK: Keepalive
@@ -368,8 +538,14 @@ final class Bridge {
     /// Every interval: an idle tunnel sends a ping; three intervals of pings without any answer
     /// (no pong, no data) mean the edge or the path is gone, so the tunnel is closed.
     private func keepaliveTick(_ wsi: OpaquePointer) -> Int32 {
+        guard wsi == webSocket, !webSocketDone else { return 0 }
+        if closeSent {
+            // The edge did not answer our Close in time.
+            tearDownEdge()
+            return 0
+        }
         let seconds = loop.configuration.keepaliveSeconds
-        guard seconds > 0, wsi == webSocket, !webSocketDone else { return 0 }
+        guard seconds > 0 else { return 0 }
         let heard = heardPong || bytesFromOrigin != keepaliveSnapshot.fromOrigin
         let active = heard || bytesToOrigin != keepaliveSnapshot.toOrigin
         if heard { unansweredPings = 0 }
@@ -382,8 +558,8 @@ final class Bridge {
         }
         if !active {
             unansweredPings += 1
-            pingPending = true
-            _ = lws_callback_on_writable(wsi)
+            sendControl(opcode: WebSocketFrames.opPing, payload: [])
+            updateInterest()
         }
         lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
         return 0
@@ -391,39 +567,85 @@ final class Bridge {
 
     // MARK: Endings
 
-    private func onLocalClosed() {
-        logger.debug("connection \(id): local side closed")
-        local = nil
+    /// Sends a Close frame (after what is queued) and waits a little for the edge's Close.
+    private func sendClose(_ status: lws_close_status) {
+        guard ssl != nil, !closeSent else { return }
+        closeSent = true
+        let code = UInt16(truncatingIfNeeded: status.rawValue)
+        sendControl(opcode: WebSocketFrames.opClose, payload: [UInt8(code >> 8), UInt8(code & 0xFF)])
+        if let webSocket { lws_set_timer_usecs(webSocket, 2_000_000) }
+    }
+
+    /// Stops using the TLS stream and lets libwebsockets close it (no frame of its own: the
+    /// Close frames are ours). The local side gets what is queued for it, then closes.
+    private func tearDownEdge() {
+        if edgeFD >= 0 {
+            loop.unwatch(fd: edgeFD)
+            edgeFD = -1
+        }
+        ssl = nil
+        webSocketDone = true
+        toOrigin.reset()
+        killWebSocket()
+        if toLocal.isEmpty { closeLocal() }
+    }
+
+    private func killWebSocket() {
+        if let webSocket { lws_set_timeout(webSocket, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC) }
+    }
+
+    private func closeLocal() {
+        guard localFD >= 0 else { return }
+        if established { loop.unwatch(fd: localFD) }
+        Glibc.close(localFD)
+        localFD = -1
         localDone = true
+        localReleased = true
         toLocal.reset()
-        if let webSocket { _ = lws_callback_on_writable(webSocket) }
         finishIfDone()
     }
 
+    /// libwebsockets closed the WebSocket (after our teardown, or on its own: context destroyed).
     private func onWebSocketClosed() {
         logger.debug("connection \(id): WebSocket closed")
+        if edgeFD >= 0 {
+            loop.unwatch(fd: edgeFD)
+            edgeFD = -1
+        }
+        ssl = nil
         webSocket = nil
         webSocketDone = true
         toOrigin.reset()
-        if let local { _ = lws_callback_on_writable(local) }
+        if toLocal.isEmpty { closeLocal() } else { updateInterest() }
         finishIfDone()
     }
 
     private func closeWebSocket(status: lws_close_status) {
         closeWebSocketWith = status
-        if let webSocket { _ = lws_callback_on_writable(webSocket) }
+        sendClose(status)
+        updateInterest()
     }
 
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
-        closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
         closeLocalRequested = true
-        if let local { _ = lws_callback_on_writable(local) }
-        if !established, !localDone, local == nil {
+        if established {
+            closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
+            if toLocal.isEmpty { closeLocal() }
+            if ssl == nil { killWebSocket() }
+        } else if !localDone {
             Glibc.close(localFD)
             localFD = -1
             localDone = true
             localReleased = true
+        }
+    }
+
+    /// After the loop's context is gone: close what libwebsockets did not own.
+    func abandon() {
+        if localFD >= 0 {
+            Glibc.close(localFD)
+            localFD = -1
         }
     }
 

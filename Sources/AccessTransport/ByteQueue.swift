@@ -2,7 +2,8 @@
 ///
 /// Storage grows to the bridge's high watermark at most (flow control pauses the producer), so a
 /// queue never holds more than a bounded amount. Consumed bytes are reclaimed lazily: when the
-/// queue drains completely, or when the dead prefix becomes larger than the live part.
+/// queue drains completely (its storage is then released), or when the dead prefix becomes larger
+/// than the live part. On the data path a queue is only used for what a socket did not take at once.
 struct ByteQueue {
     private var storage: [UInt8] = []
     private var head = 0
@@ -26,7 +27,8 @@ struct ByteQueue {
         precondition(taken >= 0 && taken <= n, "consumer took more than it was offered")
         head += taken
         if head == storage.count {
-            storage.removeAll(keepingCapacity: storage.capacity <= 4 << 20)
+            // Drained: give the memory back, so an idle connection after a burst holds nothing.
+            storage = []
             head = 0
         } else if head > 64 << 10 && head > count {
             storage.removeSubrange(0..<head)

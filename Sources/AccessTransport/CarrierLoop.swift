@@ -1,5 +1,8 @@
 internal import CCFWebSockets
 internal import CCFShim
+#if canImport(Glibc)
+import Glibc
+#endif
 import AccessCore
 import Foundation
 import Logging
@@ -12,8 +15,8 @@ import Logging
 public final class CarrierLoop: @unchecked Sendable {
     /// Tunable sizes of the data path.
     public struct Tuning: Sendable {
-        /// Largest WebSocket frame we send and largest local write, in bytes.
-        public var chunkSize = 64 << 10
+        /// Largest WebSocket frame we send (and largest read of the local socket), in bytes.
+        public var chunkSize = 256 << 10
         /// Queue size at which the producing side is paused.
         public var highWatermark = 1 << 20
         /// Queue size at which a paused producer resumes.
@@ -41,9 +44,16 @@ public final class CarrierLoop: @unchecked Sendable {
     private(set) var vhost: OpaquePointer?
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
-    /// Shared write buffer: LWS_PRE bytes of headroom, then one chunk.
-    let scratch: UnsafeMutablePointer<UInt8>
-    let pre: Int
+    /// Shared buffers of the data path (one service thread): room for a frame header, then one
+    /// chunk read from a local socket; decrypted bytes read from a TLS stream; a control frame.
+    let txBuffer: UnsafeMutableRawPointer
+    let rxBuffer: UnsafeMutableRawPointer
+    let rxCapacity = 256 << 10
+    let controlBuffer: UnsafeMutableRawPointer
+    /// The epoll set of every established bridge's two sockets; itself watched by libwebsockets.
+    private var epollFD: Int32 = -1
+    private var epollEvents: UnsafeMutablePointer<epoll_event>
+    private let epollBatch = 256
 
     private let commands = LockedBox<[Command]>([])
     private let ids = LockedBox(0)
@@ -64,15 +74,18 @@ public final class CarrierLoop: @unchecked Sendable {
         self.tuning = tuning
         self.onEvent = onEvent
         self.defaultHandshake = Handshake(request: configuration.request, credential: configuration.credential)
-        pre = Int(CCFShim_LWS_PRE())
-        scratch = .allocate(capacity: pre + tuning.chunkSize)
+        txBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + tuning.chunkSize, alignment: 16)
+        rxBuffer = .allocate(byteCount: rxCapacity, alignment: 16)
+        controlBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + 128, alignment: 16)
+        epollEvents = .allocate(capacity: epollBatch)
         protocolNames = [strdup(Self.webSocketProtocolName)!, strdup(Self.rawProtocolName)!]
         protocols = .allocate(capacity: 3)
         protocols.initialize(repeating: lws_protocols(), count: 3)
         for i in 0..<2 {
             protocols[i].name = UnsafePointer(protocolNames[i])
             protocols[i].callback = carrierCallback
-            protocols[i].rx_buffer_size = tuning.chunkSize
+            // libwebsockets parses only the upgrade response: the frames are ours.
+            protocols[i].rx_buffer_size = 4096
         }
     }
 
@@ -81,7 +94,10 @@ public final class CarrierLoop: @unchecked Sendable {
         protocols.deinitialize(count: 3)
         protocols.deallocate()
         protocolNames.forEach { free($0) }
-        scratch.deallocate()
+        txBuffer.deallocate()
+        rxBuffer.deallocate()
+        controlBuffer.deallocate()
+        epollEvents.deallocate()
     }
 
     /// Creates the libwebsockets context and starts the service thread.
@@ -91,7 +107,7 @@ public final class CarrierLoop: @unchecked Sendable {
         info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
         info.port = CONTEXT_PORT_NO_LISTEN
         info.user = Unmanaged.passUnretained(self).toOpaque()
-        info.pt_serv_buf_size = UInt32(tuning.chunkSize)
+        info.pt_serv_buf_size = 64 << 10
         info.timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
         info.connect_timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
         guard let ctx = lws_create_context(&info) else {
@@ -125,6 +141,25 @@ public final class CarrierLoop: @unchecked Sendable {
         }
         vhost = made
 
+        // The data path's sockets are watched by one epoll set, which the lws loop watches.
+        let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard ep >= 0 else {
+            throw TunnelFailure.internalError("epoll_create1(): \(String(cString: strerror(errno)))")
+        }
+        var desc = lws_adopt_desc_t()
+        desc.vh = made
+        desc.type = LWS_ADOPT_RAW_FILE_DESC
+        desc.fd.filefd = ep
+        let adopted: OpaquePointer? = Self.rawProtocolName.withCString { name in
+            desc.vh_prot_name = name
+            return lws_adopt_descriptor_vhost_via_info(&desc)
+        }
+        guard adopted != nil else {
+            Glibc.close(ep)
+            throw TunnelFailure.internalError("libwebsockets could not watch the data path's epoll set")
+        }
+        epollFD = ep
+
         let thread = Thread { [self] in self.serviceLoop() }
         thread.name = "cf-access-tcp carrier"
         thread.stackSize = 1 << 20
@@ -151,8 +186,11 @@ public final class CarrierLoop: @unchecked Sendable {
         context = nil
         contextLock.unlock()
         // Destroying the context closes every remaining socket: when `shutdown()` returns, no
-        // connection of this loop is open and the ports are free.
+        // connection of this loop is open and the ports are free. Local sockets are ours.
         lws_context_destroy(ctx)
+        epollFD = -1   // closed by libwebsockets with the context
+        for bridge in bridges.values { bridge.abandon() }
+        bridges.removeAll()
         finished.signal()
     }
 
@@ -245,6 +283,41 @@ public final class CarrierLoop: @unchecked Sendable {
     }
 
     var lwsContext: OpaquePointer? { context }
+
+    // MARK: The data path's epoll set
+
+    func watch(fd: Int32, tag: UInt64, events: UInt32) {
+        var event = epoll_event(events: events, data: epoll_data_t(u64: tag))
+        if epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) != 0 {
+            logger.error("epoll_ctl(ADD, \(fd)): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    func modify(fd: Int32, tag: UInt64, events: UInt32) {
+        var event = epoll_event(events: events, data: epoll_data_t(u64: tag))
+        _ = epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+    }
+
+    func unwatch(fd: Int32) {
+        var event = epoll_event()
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
+    }
+
+    /// The epoll set is readable: serve every ready socket (level-triggered).
+    fileprivate func serviceEpoll() {
+        guard epollFD >= 0 else { return }
+        while true {
+            let n = Int(epoll_wait(epollFD, epollEvents, Int32(epollBatch), 0))
+            if n <= 0 { return }
+            for i in 0..<n {
+                let tag = epollEvents[i].data.u64
+                let events = epollEvents[i].events
+                guard let bridge = bridges[Int(tag >> 1)] else { continue }
+                bridge.onEvent(tag & 1 == 0 ? .local : .edge, events: events)
+            }
+            if n < epollBatch { return }
+        }
+    }
 }
 
 /// The one C entry point for every protocol of the carrier's vhost.
@@ -253,6 +326,11 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
                              _ len: Int) -> Int32 {
     guard let wsi else { return 0 }
     switch reason {
+    case LWS_CALLBACK_RAW_RX_FILE:
+        if lws_get_opaque_user_data(wsi) == nil, let raw = lws_context_user(lws_get_context(wsi)) {
+            Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().serviceEpoll()
+        }
+        return 0
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if let raw = lws_context_user(lws_get_context(wsi)) {
             Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().drainCommands()

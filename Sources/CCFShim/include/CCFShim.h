@@ -10,6 +10,8 @@
 #include <libssh2.h>
 #include <openssl/evp.h>
 #include <sys/socket.h>
+// Swift's Glibc module leaves out <sys/epoll.h>; the carrier's data path needs it (no forwarders).
+#include <sys/epoll.h>
 
 // LWS_PRE is an expression macro (padding libwebsockets needs before a payload).
 static inline size_t CCFShim_LWS_PRE(void) { return LWS_PRE; }
