@@ -102,6 +102,7 @@ public final class CarrierLoop: @unchecked Sendable {
 
     /// Creates the libwebsockets context and starts the service thread.
     public func start() throws(TunnelFailure) {
+        _ = OpenSSLSetup.initialised
         LWSLog.install(logger: logger)
         var info = lws_context_creation_info()
         info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)

@@ -107,6 +107,8 @@ struct TCPCommand: AsyncParsableCommand {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
         } catch {
             writeStderr("cf-access-tcp: \(error.message)")
+            // Let the session's tasks settle before the process exits under them.
+            await tunnel.disconnect()
             throw ExitCode(1)
         }
         let finished = OutputFinished()
@@ -125,6 +127,7 @@ struct TCPCommand: AsyncParsableCommand {
             port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
         } catch {
             writeStderr("cf-access-tcp: \(error.message)")
+            await tunnel.disconnect()
             throw ExitCode(1)
         }
         let shown = listen.isIPv6 ? "[\(listen.host)]:\(port)" : "\(listen.host):\(port)"

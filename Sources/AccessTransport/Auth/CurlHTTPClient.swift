@@ -4,7 +4,10 @@ import AccessCore
 import Foundation
 
 /// `curl_global_init`, once per process.
-private let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+private let curlGlobalInit: CURLcode = {
+    _ = OpenSSLSetup.initialised
+    return curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+}()
 
 /// The HTTP client of the login flows, over libcurl's easy API.
 ///
