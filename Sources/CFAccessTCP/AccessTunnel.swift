@@ -268,16 +268,23 @@ public actor AccessTunnel {
         guard let origin else { throw TunnelFailure.internalError("no origin") }
         let serviceToken = credential == .serviceToken ? method.serviceToken : nil
         let accessToken = credential == .oauth ? appToken : nil
-        do {
-            let request = try RequestBuilder.upgradeRequest(
+        let request = try Self.upgradeRequest(origin: origin, options: options,
+                                              serviceToken: serviceToken, accessToken: accessToken)
+        let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
+        return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
+                                    credential: kind,
+                                    handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
+                                    keepaliveSeconds: options.keepaliveInterval,
+                                    resolveOverrides: options.resolveOverrides, proxy: options.proxy)
+    }
+
+    /// The upgrade request for `origin` with the session's options and one credential.
+    private static func upgradeRequest(origin: OriginURL, options: Options, serviceToken: ServiceToken?,
+                                       accessToken: String?) throws(TunnelFailure) -> UpgradeRequest {
+        do throws(ConfigurationError) {
+            return try RequestBuilder.upgradeRequest(
                 origin: origin, userAgent: Version.userAgent, serviceToken: serviceToken, accessToken: accessToken,
                 destination: options.destination, extraHeaders: options.extraHeaders)
-            let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
-            return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
-                                        credential: kind,
-                                        handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
-                                        keepaliveSeconds: options.keepaliveInterval,
-                                        resolveOverrides: options.resolveOverrides, proxy: options.proxy)
         } catch {
             throw TunnelFailure.configuration(error)
         }
@@ -363,13 +370,7 @@ public actor AccessTunnel {
         guard currentCredential == .oauth, let origin, let flow = oauthFlow else { return nil }
         let options = self.options
         return OAuthConnectionAuthorizer(flow: flow, origin: origin) { token throws(TunnelFailure) in
-            do throws(ConfigurationError) {
-                return try RequestBuilder.upgradeRequest(
-                    origin: origin, userAgent: Version.userAgent, serviceToken: nil, accessToken: token,
-                    destination: options.destination, extraHeaders: options.extraHeaders)
-            } catch {
-                throw TunnelFailure.configuration(error)
-            }
+            try Self.upgradeRequest(origin: origin, options: options, serviceToken: nil, accessToken: token)
         }
     }
 
