@@ -39,7 +39,7 @@ struct LoginFlags: ParsableArguments {
     }
 
     /// The login configuration these flags describe.
-    func configuration(caFile: String?, connectTo: [String] = [],
+    func configuration(caFile: String?, connectTo: [ConnectOverride] = [],
                        environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
         let overrides = try resolveOverrides()
         if let transferURL {
@@ -80,16 +80,10 @@ struct AuthFlags: ParsableArguments {
 /// Runs an async piece of work from a synchronous command, with Ctrl-C and SIGTERM
 /// removing any held login lock before the process exits.
 func runAuthWork<T: Sendable>(_ body: @escaping @Sendable () async throws(TunnelFailure) -> T) throws(TunnelFailure) -> T {
-    let signals = [SIGINT, SIGTERM].map { number -> DispatchSourceSignal in
-        signal(number, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-        source.setEventHandler {
-            FileLoginLock.releaseAllHeld()
-            writeStderr("\ncf-access-tcp: login cancelled")
-            exit(130)
-        }
-        source.resume()
-        return source
+    let signals = handleInterrupts { _ in
+        FileLoginLock.releaseAllHeld()
+        writeStderr("\ncf-access-tcp: login cancelled")
+        exit(130)
     }
     defer { signals.forEach { $0.cancel() } }
     let box = LockedBox<Result<T, TunnelFailure>?>(nil)

@@ -77,20 +77,14 @@ struct TCPCommand: AsyncParsableCommand {
         // closes its connections first; anything else ends at once.
         let stop = OutputFinished()
         let listening = LockedBox(false)
-        let signals = [SIGINT, SIGTERM].map { (sig: Int32) -> DispatchSourceSignal in
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler {
-                let held = FileLoginLock.releaseAllHeld()
-                if listening.withLock({ $0 }) {
-                    stop.signal()
-                } else {
-                    if held > 0 { writeStderr("\ncf-access-tcp: login cancelled") }
-                    Glibc.exit(sig == SIGINT ? 130 : 143)
-                }
+        let signals = handleInterrupts { sig in
+            let held = FileLoginLock.releaseAllHeld()
+            if listening.withLock({ $0 }) {
+                stop.signal()
+            } else {
+                if held > 0 { writeStderr("\ncf-access-tcp: login cancelled") }
+                Glibc.exit(sig == SIGINT ? 130 : 143)
             }
-            source.resume()
-            return source
         }
         defer { withExtendedLifetime(signals) {} }
         if let listen = settings.listen {
@@ -180,6 +174,18 @@ extension Error {
 func usageFailure(_ message: String) -> ExitCode {
     writeStderr("cf-access-tcp: \(message)")
     return ExitCode.validationFailure
+}
+
+/// Handles SIGINT and SIGTERM on a dispatch queue instead of dying at once. The handling lasts
+/// as long as the returned sources live.
+func handleInterrupts(_ handler: @escaping @Sendable (Int32) -> Void) -> [DispatchSourceSignal] {
+    [SIGINT, SIGTERM].map { (number: Int32) -> DispatchSourceSignal in
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler { handler(number) }
+        source.resume()
+        return source
+    }
 }
 
 /// Writes one line to stderr, unbuffered.
