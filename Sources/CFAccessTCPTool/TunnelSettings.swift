@@ -44,12 +44,9 @@ struct TunnelSettings {
         // cloudflared does: cached token, org-token exchange, browser or device login.
         let needsLogin = (serviceToken == nil && accessToken == nil) || (serviceToken != nil && flags.fallbackOAuth)
         if needsLogin {
-            var curlConnectTo: [String] = []
-            if let connectTo {
-                let address = connectTo.address.contains(":") ? "[\(connectTo.address)]" : connectTo.address
-                curlConnectTo.append("\(origin.host):\(origin.effectivePort):\(address):\(connectTo.port ?? origin.effectivePort)")
-            }
-            let configuration = try flags.login.configuration(caFile: flags.caFile, connectTo: curlConnectTo,
+            var overrides: [ConnectOverride] = []
+            if let connectTo { overrides.append(ConnectOverride(origin: origin, target: connectTo)) }
+            let configuration = try flags.login.configuration(caFile: flags.caFile, connectTo: overrides,
                                                               environment: environment)
             provider = AccessTokenProvider(configuration: configuration, logger: logger,
                                            browser: SystemBrowserOpener(environment: environment))

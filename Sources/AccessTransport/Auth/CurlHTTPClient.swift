@@ -9,6 +9,33 @@ private let curlGlobalInit: CURLcode = {
     return curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 }()
 
+/// A `--connect-to` for libcurl: requests to `host:port` go to `address:targetPort`, while the
+/// Host header, SNI and certificate checks keep `host`.
+public struct ConnectOverride: Sendable, Equatable {
+    /// The host name the requests are for, lower-cased.
+    public let host: String
+    /// Its port.
+    public let port: Int
+    /// The address dialled instead (IPv6 without brackets).
+    public let address: String
+    /// The port dialled instead.
+    public let targetPort: Int
+
+    /// Requests to `origin` go to `target` (on the origin's port when `target` names none).
+    public init(origin: OriginURL, target: ConnectTarget) {
+        host = origin.host.lowercased()
+        port = origin.effectivePort
+        address = target.address
+        targetPort = target.port ?? origin.effectivePort
+    }
+
+    /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT`, an IPv6 address in brackets.
+    var curlEntry: String {
+        let shown = address.contains(":") ? "[\(address)]" : address
+        return "\(host):\(port):\(shown):\(targetPort)"
+    }
+}
+
 /// The HTTP client of the login flows, over libcurl's easy API.
 ///
 /// Each request runs `curl_easy_perform` on a thread of its own (it blocks; the cooperative
@@ -26,12 +53,12 @@ public struct CurlHTTPClient: HTTPClient {
     public let resolve: [ResolveOverride]
     /// The `User-Agent` to send.
     public let userAgent: String
-    /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT` entries for `CURLOPT_CONNECT_TO` (the tunnel's
-    /// `--connect-to`: the app host's requests go to another address, Host/SNI/checks unchanged).
-    public let connectTo: [String]
+    /// `CURLOPT_CONNECT_TO` entries (the tunnel's `--connect-to`: the app host's requests go to
+    /// another address, Host/SNI/checks unchanged).
+    public let connectTo: [ConnectOverride]
 
     /// Creates a client.
-    public init(caFile: String? = nil, resolve: [ResolveOverride] = [], connectTo: [String] = [],
+    public init(caFile: String? = nil, resolve: [ResolveOverride] = [], connectTo: [ConnectOverride] = [],
                 userAgent: String = Version.userAgent) {
         self.caFile = caFile
         self.resolve = resolve
@@ -71,7 +98,7 @@ public struct CurlHTTPClient: HTTPClient {
             curl_slist_free_all(connectToList)
         }
         for entry in connectTo {
-            connectToList = curl_slist_append(connectToList, entry)
+            connectToList = curl_slist_append(connectToList, entry.curlEntry)
         }
         for header in request.headers {
             headerList = curl_slist_append(headerList, header.name + ": " + header.value)
@@ -140,14 +167,8 @@ public struct CurlHTTPClient: HTTPClient {
     /// Where a `--connect-to` or `--resolve` entry sends `host:port`, if one does.
     func overriddenAddress(host: String, port: Int) -> (String, Int)? {
         let key = host.lowercased()
-        for entry in connectTo {
-            // HOST:PORT:CONNECT-HOST:CONNECT-PORT, the connect host possibly in brackets.
-            let parts = entry.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count == 3, parts[0].lowercased() == key, Int(parts[1]) == port,
-                  let colon = parts[2].lastIndex(of: ":"), let target = Int(parts[2][parts[2].index(after: colon)...])
-            else { continue }
-            let address = parts[2][..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-            return (address, target)
+        if let override = connectTo.first(where: { $0.host == key && $0.port == port }) {
+            return (override.address, override.targetPort)
         }
         if let pinned = resolve.first(where: { $0.host == key && $0.port == port }) {
             return (pinned.address, port)

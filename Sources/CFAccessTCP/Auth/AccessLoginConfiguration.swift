@@ -9,9 +9,9 @@ public struct AccessLoginConfiguration: Sendable {
     public var caFile: String?
     /// `--resolve HOST:PORT:ADDR` overrides for every HTTPS request of the flows.
     public var resolve: [ResolveOverride]
-    /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT` entries (libcurl's `CONNECT_TO`): requests to
-    /// HOST:PORT go to the other address, names and certificate checks unchanged.
-    public var connectTo: [String]
+    /// `--connect-to` overrides (libcurl's `CONNECT_TO`): requests to a host go to another
+    /// address, names and certificate checks unchanged.
+    public var connectTo: [ConnectOverride]
     /// The transfer service base URL; nil means Cloudflare's (or FedRAMP's, see `fedRAMP`).
     public var transferBaseURL: String?
     /// Never start a browser: always device mode (URL and QR code on stderr).
@@ -31,7 +31,7 @@ public struct AccessLoginConfiguration: Sendable {
 
     /// A configuration; defaults follow PROTOCOL.md §3.
     public init(tokenDirectory: String, caFile: String? = nil, resolve: [ResolveOverride] = [],
-                connectTo: [String] = [], transferBaseURL: String? = nil, noBrowser: Bool = false, fedRAMP: Bool = false,
+                connectTo: [ConnectOverride] = [], transferBaseURL: String? = nil, noBrowser: Bool = false, fedRAMP: Bool = false,
                 maximumPolls: Int = 10, pollTimeoutSeconds: Int = 60, pollIntervalSeconds: Double = 1,
                 lockPollIntervalSeconds: Double = LoginLockRules.pollInterval,
                 lockMaximumWaitSeconds: Double = LoginLockRules.maximumWait) {
