@@ -1,3 +1,4 @@
+import AccessTestSupport
 import AccessTransport
 import Foundation
 import Testing
@@ -31,41 +32,10 @@ struct QRCodeTests {
         #expect(try Self.zbar(code.pbm()) == Self.url)
     }
 
-    /// Turns the printed half blocks back into pixels: `█` light/light, `▀` light/dark,
-    /// `▄` dark/light, space dark/dark (light modules are drawn).
+    /// The half blocks printed on stderr, turned back into an image, decode to the URL.
     @Test func printedHalfBlocksDecodeToTheURL() throws {
         let code = try #require(QRCode(encoding: Self.url))
-        let lines = code.halfBlockLines(quietZone: 2)
-        var rows: [[Bool]] = []  // true = dark
-        for line in lines {
-            var top: [Bool] = []
-            var bottom: [Bool] = []
-            for character in line {
-                switch character {
-                case "█": top.append(false); bottom.append(false)
-                case "▀": top.append(false); bottom.append(true)
-                case "▄": top.append(true); bottom.append(false)
-                default: top.append(true); bottom.append(true)
-                }
-            }
-            rows.append(top)
-            rows.append(bottom)
-        }
-        // Frame it in a wide light border and scale ×4, as a screenshot would be.
-        let border = 4, scale = 4
-        let width = (rows[0].count + 2 * border) * scale
-        let height = (rows.count + 2 * border) * scale
-        var pbm = "P1\n\(width) \(height)\n"
-        for y in 0..<height {
-            let row = y / scale - border
-            var line: [String] = []
-            for x in 0..<width {
-                let column = x / scale - border
-                let dark = rows.indices.contains(row) && rows[row].indices.contains(column) ? rows[row][column] : false
-                line.append(dark ? "1" : "0")
-            }
-            pbm += line.joined(separator: " ") + "\n"
-        }
+        let pbm = pbmImage(fromHalfBlocks: code.halfBlockLines(quietZone: 2))
         #expect(try Self.zbar(pbm) == Self.url)
     }
 }

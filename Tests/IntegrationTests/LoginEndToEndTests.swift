@@ -1,3 +1,5 @@
+import AccessTestSupport
+import AccessTransport
 import Foundation
 import Testing
 #if canImport(Glibc)
@@ -89,25 +91,24 @@ struct LoginEndToEndTests {
         let world = try LoginWorld(target: echo.address)
         // A slow browser, so that the second process finds the first one's lock.
         let environment = try world.browserEnvironment(extra: ["CF_ACCESS_TEST_BROWSER_DELAY": "2"])
-        let results = LockedResults()
+        let results = LockedBox<[Result<ManagedProcess, Error>]>([])
         let group = DispatchGroup()
         for name in ["first", "second"] {
             group.enter()
             DispatchQueue.global().async {
                 defer { group.leave() }
-                results.add(Result { try echoThroughStdio(arguments: world.tunnelArguments, environment: environment,
-                                                          payload: "hello-\(name)", timeout: 90) })
+                let result = Result { try echoThroughStdio(arguments: world.tunnelArguments, environment: environment,
+                                                           payload: "hello-\(name)", timeout: 90) }
+                results.withLock { $0.append(result) }
             }
         }
         group.wait()
-        for result in results.all {
+        for result in results.withLock({ $0 }) {
             if case .failure(let error) = result { Issue.record("a process failed: \(error)") }
         }
         #expect(world.browserOpens.count == 1)
         #expect(try world.counter("loginsCompleted") == 1)
-        let lockLeft = ((try? FileManager.default.contentsOfDirectory(atPath: world.tokenDir.path)) ?? [])
-            .filter { $0.hasSuffix(".lock") || $0.hasSuffix(".url") }
-        #expect(lockLeft.isEmpty)
+        #expect(world.loginLeftovers.isEmpty)
     }
 
     @Test("a stale lock left by a dead process is reclaimed")
@@ -195,16 +196,16 @@ struct LoginEndToEndTests {
         // for all of them, never one per connection).
         Thread.sleep(forTimeInterval: 4.5)
         let group = DispatchGroup()
-        let failures = LockedResults()
+        let failures = LockedBox<[Error]>([])
         for index in 0..<4 {
             group.enter()
             DispatchQueue.global().async {
                 defer { group.leave() }
-                do { try roundTrip("two-\(index)") } catch { failures.add(.failure(error)) }
+                do { try roundTrip("two-\(index)") } catch { failures.withLock { $0.append(error) } }
             }
         }
         group.wait()
-        #expect(failures.all.isEmpty, "\(failures.all)")
+        #expect(failures.withLock { $0.isEmpty }, "\(failures.withLock { $0 })")
         #expect(try world.counter("orgExchanges") == 1)
         let secondToken = try String(contentsOf: world.appTokenFile, encoding: .utf8)
         #expect(secondToken != firstToken)
@@ -231,9 +232,8 @@ struct LoginEndToEndTests {
         process.send(signal: SIGINT)
         #expect(try process.waitForExit(timeout: 10) == 130)
         #expect(process.stderrText.contains("cf-access-tcp: login cancelled"))
-        let leftovers = ((try? FileManager.default.contentsOfDirectory(atPath: world.tokenDir.path)) ?? [])
-            .filter { $0.hasSuffix(".lock") || $0.hasSuffix(".url") || $0.hasSuffix("-token") }
-        #expect(leftovers.isEmpty, "\(leftovers)")
+        #expect(world.loginLeftovers.isEmpty, "\(world.loginLeftovers)")
+        #expect(world.tokenFileNames.isEmpty)
     }
 
     @Test("login checks the token with the edge, token prints it, logout removes it")
@@ -309,9 +309,7 @@ struct LoginFaultTests {
         #expect(last.contains(expected), "\(result.stderr)")
         #expect(world.browserOpens.count == 1)
         #expect(world.tokenFileNames.isEmpty)
-        let leftovers = ((try? FileManager.default.contentsOfDirectory(atPath: world.tokenDir.path)) ?? [])
-            .filter { $0.hasSuffix(".lock") || $0.hasSuffix(".url") }
-        #expect(leftovers.isEmpty)
+        #expect(world.loginLeftovers.isEmpty)
     }
 
     @Test("a signing key rotated since the key set was cached is fetched again")
@@ -326,55 +324,9 @@ struct LoginFaultTests {
     }
 }
 
-/// Results gathered from several threads.
-final class LockedResults: @unchecked Sendable {
-    private let lock = NSLock()
-    private var values: [Result<ManagedProcess, Error>] = []
-    func add(_ value: Result<ManagedProcess, Error>) {
-        lock.lock()
-        values.append(value)
-        lock.unlock()
-    }
-    var all: [Result<ManagedProcess, Error>] {
-        lock.lock()
-        defer { lock.unlock() }
-        return values
-    }
-}
-
-/// Turns printed half blocks back into an image and decodes it with zbarimg: `█` light/light,
-/// `▀` light over dark, `▄` dark over light, a space dark/dark (the light modules are drawn).
+/// Decodes a QR code printed in half blocks with zbarimg.
 func decodeHalfBlockQR(_ lines: [String], zbarimg: String) throws -> String {
-    var rows: [[Bool]] = []   // true = dark
-    for line in lines {
-        var top: [Bool] = []
-        var bottom: [Bool] = []
-        for character in line {
-            switch character {
-            case "█": top.append(false); bottom.append(false)
-            case "▀": top.append(false); bottom.append(true)
-            case "▄": top.append(true); bottom.append(false)
-            default: top.append(true); bottom.append(true)
-            }
-        }
-        rows.append(top)
-        rows.append(bottom)
-    }
-    let border = 4, scale = 4
-    let columns = rows.map(\.count).max() ?? 0
-    let width = (columns + 2 * border) * scale
-    let height = (rows.count + 2 * border) * scale
-    var pbm = "P1\n\(width) \(height)\n"
-    for y in 0..<height {
-        let row = y / scale - border
-        var line: [String] = []
-        for x in 0..<width {
-            let column = x / scale - border
-            let dark = rows.indices.contains(row) && rows[row].indices.contains(column) ? rows[row][column] : false
-            line.append(dark ? "1" : "0")
-        }
-        pbm += line.joined(separator: " ") + "\n"
-    }
+    let pbm = pbmImage(fromHalfBlocks: lines)
     let directory = try makeTempDir("cfat-qr")
     defer { try? FileManager.default.removeItem(at: directory) }
     let file = directory.appendingPathComponent("code.pbm")

@@ -1,3 +1,4 @@
+import AccessTransport
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -16,21 +17,10 @@ let sharedLoginCerts: Result<CertSet, Error> = Result {
 
 /// A loopback address of this test's own, so that every emulator can listen on port 443: the
 /// team domain's key set is fetched from `https://<auth_domain>/…` (port 443), as from Cloudflare.
-private let loginAddressCounter = LockedCounter()
+private let loginAddressCounter = LockedBox(0)
 private func nextLoginAddress() -> String {
-    let n = loginAddressCounter.next()
+    let n = loginAddressCounter.withLock { value -> Int in value += 1; return value }
     return "127.\(100 + Int(getpid()) % 150).\(1 + n / 250).\(1 + n % 250)"
-}
-
-final class LockedCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = 0
-    func next() -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        value += 1
-        return value
-    }
 }
 
 /// An Access edge speaking the whole login protocol on `127.x.y.z:443`, a token directory, and a
@@ -100,6 +90,12 @@ final class LoginWorld: @unchecked Sendable {
     /// The token files in the directory (names ending in `-token`).
     var tokenFileNames: [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: tokenDir.path)) ?? []).filter { $0.hasSuffix("-token") }.sorted()
+    }
+
+    /// Lock and login-URL files in the directory: none may outlive a login.
+    var loginLeftovers: [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: tokenDir.path)) ?? [])
+            .filter { $0.hasSuffix(".lock") || $0.hasSuffix(".url") }.sorted()
     }
 
     /// One login counter of the emulator.
