@@ -332,6 +332,14 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
             Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().serviceEpoll()
         }
         return 0
+    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
+        // The vhost's client SSL_CTX is `user`; the wsi is a stand-in (only its context is real).
+        if let sslContext = user, !TLSSessionCache.install(on: OpaquePointer(sslContext)),
+           let raw = lws_context_user(lws_get_context(wsi)) {
+            Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().logger
+                .warning("TLS session resumption is off: OpenSSL refused the session hooks")
+        }
+        return 0
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if let raw = lws_context_user(lws_get_context(wsi)) {
             Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().drainCommands()

@@ -1,0 +1,82 @@
+internal import CCFOpenSSL
+
+/// TLS session resumption for the carrier's connections to the edge.
+///
+/// libwebsockets 4.1.6 keeps no client sessions, so every new connection paid a full TLS 1.3
+/// handshake (certificate chain check and two ECDSA verifications, most of a new connection's CPU).
+/// This installs two OpenSSL hooks on the client `SSL_CTX` libwebsockets made for the carrier's
+/// vhost: the new-session callback keeps the newest resumable session (ticket) the edge sent, and
+/// the info callback offers it when the next connection's handshake starts, before the
+/// ClientHello is written. Nothing else changes: a resumed session carries the verification
+/// result of the full handshake it came from, made under the same `SSL_CTX` (same CA file, same
+/// hostname), and an edge that cannot resume simply answers with a full handshake.
+///
+/// The session lives in the `SSL_CTX`'s own ex-data and is freed with it, so it can never reach
+/// another carrier's context (another CA file, another edge). All calls happen on the carrier's
+/// service thread, the only one that uses that `SSL_CTX`.
+enum TLSSessionCache {
+    /// The newest resumable session of one `SSL_CTX`.
+    final class Slot {
+        var session: OpaquePointer?
+        deinit { if let session { SSL_SESSION_free(session) } }
+    }
+
+    /// Our ex-data index on `SSL_CTX`s; its free hook releases the slot with the context.
+    private static let exDataIndex: Int32 = CRYPTO_get_ex_new_index(
+        CRYPTO_EX_INDEX_SSL_CTX, 0, nil, nil, nil,
+        { _, pointer, _, _, _, _ in
+            if let pointer { Unmanaged<Slot>.fromOpaque(pointer).release() }
+        })
+
+    /// Enables resumption on a client `SSL_CTX` (idempotent). Returns false if OpenSSL refused.
+    @discardableResult
+    static func install(on context: OpaquePointer) -> Bool {
+        let index = exDataIndex
+        guard index >= 0 else { return false }
+        if SSL_CTX_get_ex_data(context, index) != nil { return true }
+        let slot = Unmanaged.passRetained(Slot()).toOpaque()
+        guard SSL_CTX_set_ex_data(context, index, slot) == 1 else {
+            Unmanaged<Slot>.fromOpaque(slot).release()
+            return false
+        }
+        // Client sessions go to our callback only, not to OpenSSL's internal store.
+        _ = SSL_CTX_ctrl(context, SSL_CTRL_SET_SESS_CACHE_MODE,
+                         Int(SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE), nil)
+        SSL_CTX_sess_set_new_cb(context) { ssl, session in
+            // A copy: OpenSSL marks the connection's own session object unresumable when that
+            // connection ends without a close_notify, which is how WebSocket tunnels end.
+            guard let ssl, let session, SSL_SESSION_is_resumable(session) == 1,
+                  let slot = TLSSessionCache.slot(of: ssl), let copy = SSL_SESSION_dup(session) else { return 0 }
+            if let old = slot.session { SSL_SESSION_free(old) }
+            slot.session = copy
+            return 0   // OpenSSL keeps (and frees) its own reference
+        }
+        SSL_CTX_set_info_callback(context) { ssl, event, _ in
+            guard event & SSL_CB_HANDSHAKE_START != 0, let ssl,
+                  SSL_is_server(ssl) == 0, SSL_in_before(ssl) == 1,   // a first handshake only
+                  let slot = TLSSessionCache.slot(of: ssl), let session = slot.session else { return }
+            guard SSL_SESSION_is_resumable(session) == 1 else {
+                SSL_SESSION_free(session)
+                slot.session = nil
+                return
+            }
+            // Before the ClientHello: OpenSSL offers the ticket of a private copy, so how this
+            // connection ends cannot spoil the stored session.
+            guard let copy = SSL_SESSION_dup(session) else { return }
+            _ = SSL_set_session(ssl, copy)
+            SSL_SESSION_free(copy)   // the connection holds its own reference
+        }
+        return true
+    }
+
+    /// Whether the connection's handshake resumed an earlier session.
+    static func resumed(_ ssl: OpaquePointer) -> Bool {
+        SSL_session_reused(ssl) == 1
+    }
+
+    private static func slot(of ssl: OpaquePointer) -> Slot? {
+        guard let context = SSL_get_SSL_CTX(ssl),
+              let raw = SSL_CTX_get_ex_data(context, exDataIndex) else { return nil }
+        return Unmanaged<Slot>.fromOpaque(raw).takeUnretainedValue()
+    }
+}
