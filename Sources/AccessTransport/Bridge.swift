@@ -246,7 +246,7 @@ final class Bridge {
             killWebSocket()
             return
         }
-        logger.debug("connection \(id): \(TLSSessionCache.resumed(session) ? "TLS session resumed" : "full TLS handshake")")
+        logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
         // libwebsockets must not read this socket any more: its per-byte frame parser is slow.
         _ = lws_rx_flow_control(wsi, 0)
         _ = SSL_ctrl(session, SSL_CTRL_MODE,

@@ -334,10 +334,13 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
         return 0
     case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
         // The vhost's client SSL_CTX is `user`; the wsi is a stand-in (only its context is real).
-        if let sslContext = user, !TLSSessionCache.install(on: OpaquePointer(sslContext)),
-           let raw = lws_context_user(lws_get_context(wsi)) {
-            Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().logger
-                .warning("TLS session resumption is off: OpenSSL refused the session hooks")
+        guard let sslContext = user.map(OpaquePointer.init), let raw = lws_context_user(lws_get_context(wsi)) else { return 0 }
+        let logger = Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().logger
+        if !TLSSessionCache.install(on: sslContext) {
+            logger.warning("TLS session resumption is off: OpenSSL refused the session hooks")
+        }
+        if !TLSSessionCache.preferFastCiphers(on: sslContext) {
+            logger.warning("OpenSSL refused our TLS 1.3 cipher order; using its default")
         }
         return 0
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:

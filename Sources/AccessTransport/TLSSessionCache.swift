@@ -69,6 +69,23 @@ enum TLSSessionCache {
         return true
     }
 
+    /// TLS 1.3 cipher suites in our order of preference: AES-128-GCM first, as Go's TLS (and so
+    /// cloudflared) orders them on machines with AES instructions. It costs ~10% less CPU per
+    /// byte than OpenSSL's default first choice, AES-256-GCM; every TLS 1.3 server must offer it.
+    static let cipherSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+
+    /// Sets our TLS 1.3 cipher suite order on a client `SSL_CTX`. Returns false if OpenSSL refused.
+    @discardableResult
+    static func preferFastCiphers(on context: OpaquePointer) -> Bool {
+        SSL_CTX_set_ciphersuites(context, cipherSuites) == 1
+    }
+
+    /// How a connection's TLS handshake went, for the debug log: resumed or full, and the cipher.
+    static func handshakeSummary(_ ssl: OpaquePointer) -> String {
+        let cipher = SSL_get_current_cipher(ssl).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } ?? "?"
+        return (resumed(ssl) ? "TLS session resumed" : "full TLS handshake") + " (\(cipher))"
+    }
+
     /// Whether the connection's handshake resumed an earlier session.
     static func resumed(_ ssl: OpaquePointer) -> Bool {
         SSL_session_reused(ssl) == 1
