@@ -4,6 +4,19 @@ import PackageDescription
 /// Warnings are defects: every target of ours is built with them as errors.
 let strictSwift: [SwiftSetting] = [.unsafeFlags(["-warnings-as-errors"])]
 
+/// The Swift runtime and Foundation linked into the `cf-access-tcp` executable only (issue 5,
+/// idle memory): as shared libraries (libswiftCore, Foundation, FoundationEssentials, ICU, …)
+/// they cost ~5 MB more RSS before the first connection than the pages a static copy touches
+/// (reference/perf.md, "Memory").
+/// `-static-stdlib` alone leaves Foundation's own dependencies unresolved (a static
+/// libFoundation.a names none of them), so they are listed here, and lld is used because it
+/// resolves archives whatever their order on the command line (gold does not).
+let staticSwiftRuntime: [LinkerSetting] = [.unsafeFlags([
+    "-static-stdlib", "-use-ld=lld",
+    "-lFoundationEssentials", "-lFoundationInternationalization", "-lCoreFoundation",
+    "-l_FoundationICU", "-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization",
+])]
+
 let package = Package(
     name: "cf-access-tcp",
     platforms: [.macOS(.v13)],
@@ -54,11 +67,13 @@ let package = Package(
                 dependencies: ["AccessCore", "AccessTransport",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
+        // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
         .executableTarget(name: "CFAccessTCPTool",
                           dependencies: ["CFAccessTCP", "AccessCore",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log")],
-                          swiftSettings: strictSwift),
+                          swiftSettings: strictSwift,
+                          linkerSettings: staticSwiftRuntime),
         // A runnable example of the library API.
         .executableTarget(name: "TunnelExample", dependencies: ["CFAccessTCP"], path: "Examples/TunnelExample",
                           swiftSettings: strictSwift),
