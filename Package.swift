@@ -36,8 +36,9 @@ let package = Package(
         // MARK: C libraries from Debian packages
         .systemLibrary(name: "CCFWebSockets", pkgConfig: "libwebsockets",
                        providers: [.apt(["libwebsockets-dev"])]),
-        .systemLibrary(name: "CCFCurl", pkgConfig: "libcurl",
-                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libcurl's header only: the library is loaded with dlopen when a login needs it
+        // (AccessTransport's CurlLibrary), so no pkgConfig (it would link -lcurl).
+        .systemLibrary(name: "CCFCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CCFOpenSSL", pkgConfig: "openssl",
                        providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCFSodium", pkgConfig: "libsodium",
