@@ -15,7 +15,7 @@ let staticSwiftRuntime: [LinkerSetting] = [.unsafeFlags([
     "-static-stdlib", "-use-ld=lld",
     "-lFoundationEssentials", "-lFoundationInternationalization", "-lCoreFoundation",
     "-l_FoundationICU", "-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization",
-])]
+], .when(platforms: [.linux]))]
 
 let package = Package(
     name: "cf-access-tcp",
