@@ -4,6 +4,19 @@ import PackageDescription
 /// Warnings are defects: every target of ours is built with them as errors.
 let strictSwift: [SwiftSetting] = [.unsafeFlags(["-warnings-as-errors"])]
 
+/// The Swift runtime and Foundation linked into the `cf-access-tcp` executable only (issue 5,
+/// idle memory): as shared libraries (libswiftCore, Foundation, FoundationEssentials, ICU, …)
+/// they cost ~5 MB more RSS before the first connection than the pages a static copy touches
+/// (reference/perf.md, "Memory").
+/// `-static-stdlib` alone leaves Foundation's own dependencies unresolved (a static
+/// libFoundation.a names none of them), so they are listed here, and lld is used because it
+/// resolves archives whatever their order on the command line (gold does not).
+let staticSwiftRuntime: [LinkerSetting] = [.unsafeFlags([
+    "-static-stdlib", "-use-ld=lld",
+    "-lFoundationEssentials", "-lFoundationInternationalization", "-lCoreFoundation",
+    "-l_FoundationICU", "-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization",
+], .when(platforms: [.linux]))]
+
 let package = Package(
     name: "cf-access-tcp",
     platforms: [.macOS(.v13)],
@@ -23,8 +36,9 @@ let package = Package(
         // MARK: C libraries from Debian packages
         .systemLibrary(name: "CCFWebSockets", pkgConfig: "libwebsockets",
                        providers: [.apt(["libwebsockets-dev"])]),
-        .systemLibrary(name: "CCFCurl", pkgConfig: "libcurl",
-                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libcurl's header only: the library is loaded with dlopen when a login needs it
+        // (AccessTransport's CurlLibrary), so no pkgConfig (it would link -lcurl).
+        .systemLibrary(name: "CCFCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CCFOpenSSL", pkgConfig: "openssl",
                        providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCFSodium", pkgConfig: "libsodium",
@@ -54,11 +68,13 @@ let package = Package(
                 dependencies: ["AccessCore", "AccessTransport",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
+        // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
         .executableTarget(name: "CFAccessTCPTool",
                           dependencies: ["CFAccessTCP", "AccessCore",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log")],
-                          swiftSettings: strictSwift),
+                          swiftSettings: strictSwift,
+                          linkerSettings: staticSwiftRuntime),
         // A runnable example of the library API.
         .executableTarget(name: "TunnelExample", dependencies: ["CFAccessTCP"], path: "Examples/TunnelExample",
                           swiftSettings: strictSwift),

@@ -3,12 +3,6 @@ internal import CCFShim
 import AccessCore
 import Foundation
 
-/// `curl_global_init`, once per process.
-private let curlGlobalInit: CURLcode = {
-    _ = OpenSSLSetup.initialised
-    return curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-}()
-
 /// A `--connect-to` for libcurl: requests to `host:port` go to `address:targetPort`, while the
 /// Host header, SNI and certificate checks keep `host`.
 public struct ConnectOverride: Sendable, Equatable {
@@ -43,6 +37,7 @@ public struct ConnectOverride: Sendable, Equatable {
 /// overrides go to `CURLOPT_RESOLVE` and `--ca-file` to `CURLOPT_CAINFO`, so tests reach a
 /// loopback server under a real name with real certificate checks. Bodies over 1 MiB fail.
 /// Proxies come from the environment (`https_proxy`, `no_proxy`), as libcurl reads them.
+/// libcurl itself is loaded by the first request (`CurlLibrary`), not linked.
 public struct CurlHTTPClient: HTTPClient {
     /// The largest body accepted.
     public static let bodyLimit = 1 << 20
@@ -81,10 +76,15 @@ public struct CurlHTTPClient: HTTPClient {
     /// Runs one transfer; blocking.
     private func perform(_ request: HTTPRequest) -> Result<HTTPResponse, TunnelFailure> {
         let host = URL(string: request.url)?.host ?? "the server"
-        guard curlGlobalInit == CURLE_OK, let handle = curl_easy_init() else {
+        let curl: CurlLibrary
+        switch CurlLibrary.shared {
+        case .success(let loaded): curl = loaded
+        case .failure(let failure): return .failure(failure)
+        }
+        guard let handle = curl.easyInit() else {
             return .failure(.internalError("libcurl could not be initialised"))
         }
-        defer { curl_easy_cleanup(handle) }
+        defer { curl.easyCleanup(handle) }
         let sink = ResponseSink(limit: Self.bodyLimit)
         let sinkPointer = Unmanaged.passRetained(sink)
         defer { sinkPointer.release() }
@@ -93,27 +93,27 @@ public struct CurlHTTPClient: HTTPClient {
         var resolveList: UnsafeMutablePointer<curl_slist>?
         var connectToList: UnsafeMutablePointer<curl_slist>?
         defer {
-            curl_slist_free_all(headerList)
-            curl_slist_free_all(resolveList)
-            curl_slist_free_all(connectToList)
+            curl.slistFreeAll(headerList)
+            curl.slistFreeAll(resolveList)
+            curl.slistFreeAll(connectToList)
         }
         for entry in connectTo {
-            connectToList = curl_slist_append(connectToList, entry.curlEntry)
+            connectToList = curl.slistAppend(connectToList, entry.curlEntry)
         }
         for header in request.headers {
-            headerList = curl_slist_append(headerList, header.name + ": " + header.value)
+            headerList = curl.slistAppend(headerList, header.name + ": " + header.value)
         }
         for entry in resolve {
-            resolveList = curl_slist_append(resolveList, entry.description)
+            resolveList = curl.slistAppend(resolveList, entry.description)
         }
         var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
         let cookie = request.cookies.map { $0.name + "=" + $0.value }.joined(separator: "; ")
 
         let code: CURLcode = errorBuffer.withUnsafeMutableBufferPointer { errors in
             var ok = true
-            func set(_ option: CURLoption, _ value: Int) { ok = ok && CCFShim_curl_setopt_long(handle, option, value) == CURLE_OK }
-            func set(_ option: CURLoption, _ value: String) { ok = ok && CCFShim_curl_setopt_str(handle, option, value) == CURLE_OK }
-            func set(_ option: CURLoption, pointer: UnsafeRawPointer?) { ok = ok && CCFShim_curl_setopt_ptr(handle, option, pointer) == CURLE_OK }
+            func set(_ option: CURLoption, _ value: Int) { ok = ok && CCFShim_curl_setopt_long(curl.easySetopt, handle, option, value) == CURLE_OK }
+            func set(_ option: CURLoption, _ value: String) { ok = ok && CCFShim_curl_setopt_str(curl.easySetopt, handle, option, value) == CURLE_OK }
+            func set(_ option: CURLoption, pointer: UnsafeRawPointer?) { ok = ok && CCFShim_curl_setopt_ptr(curl.easySetopt, handle, option, pointer) == CURLE_OK }
             set(CURLOPT_URL, request.url)
             set(CURLOPT_NOSIGNAL, 1)
             set(CURLOPT_FOLLOWLOCATION, 0)
@@ -133,12 +133,12 @@ public struct CurlHTTPClient: HTTPClient {
             if !cookie.isEmpty { set(CURLOPT_COOKIE, cookie) }
             if let caFile { set(CURLOPT_CAINFO, caFile) }
             let opaque = UnsafeRawPointer(sinkPointer.toOpaque())
-            ok = ok && CCFShim_curl_setopt_write(handle, CURLOPT_WRITEFUNCTION, curlBodyCallback) == CURLE_OK
+            ok = ok && CCFShim_curl_setopt_write(curl.easySetopt, handle, CURLOPT_WRITEFUNCTION, curlBodyCallback) == CURLE_OK
             set(CURLOPT_WRITEDATA, pointer: opaque)
-            ok = ok && CCFShim_curl_setopt_write(handle, CURLOPT_HEADERFUNCTION, curlHeaderCallback) == CURLE_OK
+            ok = ok && CCFShim_curl_setopt_write(curl.easySetopt, handle, CURLOPT_HEADERFUNCTION, curlHeaderCallback) == CURLE_OK
             set(CURLOPT_HEADERDATA, pointer: opaque)
             guard ok else { return CURLE_FAILED_INIT }
-            return curl_easy_perform(handle)
+            return curl.easyPerform(handle)
         }
         let reason = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         guard code == CURLE_OK else {
@@ -160,7 +160,7 @@ public struct CurlHTTPClient: HTTPClient {
             return .failure(Self.failure(code: code, host: host, reason: reason))
         }
         var status = 0
-        _ = CCFShim_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
+        _ = CCFShim_curl_getinfo_long(curl.easyGetinfo, handle, CURLINFO_RESPONSE_CODE, &status)
         return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
     }
 
@@ -178,7 +178,11 @@ public struct CurlHTTPClient: HTTPClient {
 
     /// The failure for a libcurl error code.
     static func failure(code: CURLcode, host: String, reason: String) -> TunnelFailure {
-        let text = reason.isEmpty ? String(cString: curl_easy_strerror(code)) : reason
+        var text = reason
+        if text.isEmpty, case .success(let curl) = CurlLibrary.shared, let message = curl.easyStrerror(code) {
+            text = String(cString: message)
+        }
+        if text.isEmpty { text = "libcurl error \(code.rawValue)" }
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
             return .dns(host: host)

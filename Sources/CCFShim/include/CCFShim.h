@@ -17,13 +17,27 @@
 static inline size_t CCFShim_LWS_PRE(void) { return LWS_PRE; }
 
 // curl_easy_setopt / curl_easy_getinfo are variadic: one typed forwarder per argument kind.
-static inline CURLcode CCFShim_curl_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
-static inline CURLcode CCFShim_curl_setopt_ptr(CURL *h, CURLoption o, const void *v) { return curl_easy_setopt(h, o, v); }
-static inline CURLcode CCFShim_curl_setopt_str(CURL *h, CURLoption o, const char *v) { return curl_easy_setopt(h, o, v); }
-static inline CURLcode CCFShim_curl_setopt_write(CURL *h, CURLoption o,
-    size_t (*cb)(char *, size_t, size_t, void *)) { return curl_easy_setopt(h, o, cb); }
-static inline CURLcode CCFShim_curl_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
-static inline CURLcode CCFShim_curl_getinfo_str(CURL *h, CURLINFO i, char **v) { return curl_easy_getinfo(h, i, v); }
+// libcurl is loaded with dlopen on first use (CurlLibrary.swift), not linked: each forwarder
+// calls the function dlsym found, passed in as `fn`.
+typedef CURLcode (*CCFShim_curl_setopt_fn)(CURL *, CURLoption, ...);
+typedef CURLcode (*CCFShim_curl_getinfo_fn)(CURL *, CURLINFO, ...);
+static inline CURLcode CCFShim_curl_setopt_long(void *fn, CURL *h, CURLoption o, long v) {
+    return ((CCFShim_curl_setopt_fn)fn)(h, o, v);
+}
+static inline CURLcode CCFShim_curl_setopt_ptr(void *fn, CURL *h, CURLoption o, const void *v) {
+    return ((CCFShim_curl_setopt_fn)fn)(h, o, v);
+}
+static inline CURLcode CCFShim_curl_setopt_str(void *fn, CURL *h, CURLoption o, const char *v) {
+    return ((CCFShim_curl_setopt_fn)fn)(h, o, v);
+}
+static inline CURLcode CCFShim_curl_setopt_write(void *fn, CURL *h, CURLoption o,
+    size_t (*cb)(char *, size_t, size_t, void *)) { return ((CCFShim_curl_setopt_fn)fn)(h, o, cb); }
+static inline CURLcode CCFShim_curl_getinfo_long(void *fn, CURL *h, CURLINFO i, long *v) {
+    return ((CCFShim_curl_getinfo_fn)fn)(h, i, v);
+}
+static inline CURLcode CCFShim_curl_getinfo_str(void *fn, CURL *h, CURLINFO i, char **v) {
+    return ((CCFShim_curl_getinfo_fn)fn)(h, i, v);
+}
 
 // EVP_PKEY_PUBLIC_KEY is an expression macro (an OR of selection bits) Swift cannot import.
 static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }
