@@ -103,6 +103,12 @@ let package = Package(
                     dependencies: ["AccessTransport", "AccessCore", "CFAccessTCP", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
+        // The emulator's frame reader, checked against the client's framing.
+        .testTarget(name: "AccessEdgeTests",
+                    dependencies: ["AccessEdge", "AccessTransport",
+                                   .product(name: "NIOCore", package: "swift-nio"),
+                                   .product(name: "NIOWebSocket", package: "swift-nio")],
+                    swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
                     dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2", "CCFShim", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],

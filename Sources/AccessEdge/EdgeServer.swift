@@ -89,13 +89,18 @@ final class EdgeServer: Sendable {
 
     private func configureConnection(_ channel: Channel, tls: NIOSSLContext) throws {
         let state = NIOLoopBound(ConnectionState(), eventLoop: channel.eventLoop)
-        let upgrader = NIOWebSocketServerUpgrader(
-            maxFrameSize: configuration.maxFrameSize,
-            automaticErrorHandling: true,
-            shouldUpgrade: { channel, head in
-                self.shouldUpgrade(channel: channel, head: head, state: state)
-            },
-            upgradePipelineHandler: { channel, _ in
+        let upgrader = TunnelUpgrader(
+            handshake: NIOWebSocketServerUpgrader(
+                maxFrameSize: configuration.maxFrameSize,
+                automaticErrorHandling: false,
+                shouldUpgrade: { channel, head in
+                    self.shouldUpgrade(channel: channel, head: head, state: state)
+                },
+                upgradePipelineHandler: { channel, _ in
+                    channel.eventLoop.makeFailedFuture(EdgeError("the tunnel upgrader builds the pipeline"))
+                }
+            ),
+            startTunnel: { channel in
                 self.startTunnel(channel: channel, state: state)
             }
         )
@@ -159,7 +164,8 @@ final class EdgeServer: Sendable {
                 throw EdgeError("upgrade completed without a dialled target")
             }
             state.value.pendingTarget = nil
-            try Tunnel.join(webSocket: channel, target: target, stats: stats, settings: configuration.tunnel)
+            try Tunnel.join(webSocket: channel, target: target, maxFrameSize: configuration.maxFrameSize,
+                            stats: stats, settings: configuration.tunnel)
         }
     }
 
@@ -173,6 +179,38 @@ final class EdgeServer: Sendable {
             .channelOption(.writeBufferWaterMark, value: SocketTuning.waterMarks)
             .channelOption(.recvAllocator, value: SocketTuning.receiveAllocator)
             .connect(host: target.host, port: target.port)
+    }
+}
+
+/// The WebSocket upgrade of a tunnel.
+///
+/// NIOWebSocket's upgrader does the handshake: the request checks, `Sec-WebSocket-Accept` and
+/// our `shouldUpgrade`. The pipeline after the 101 is built here instead of by it: its frame
+/// encoder for what the edge sends, and no frame decoder, because the tunnel's WebSocket half
+/// reads the client's frames itself (`ClientFrameReader`, payload streamed to the target).
+private struct TunnelUpgrader: HTTPServerProtocolUpgrader, Sendable {
+    /// Only its handshake is used; its `upgradePipelineHandler` is never called.
+    let handshake: NIOWebSocketServerUpgrader
+    /// Adds the tunnel behind the encoder.
+    let startTunnel: @Sendable (Channel) -> EventLoopFuture<Void>
+
+    var supportedProtocol: String { handshake.supportedProtocol }
+    var requiredUpgradeHeaders: [String] { handshake.requiredUpgradeHeaders }
+
+    func buildUpgradeResponse(channel: Channel, upgradeRequest: HTTPRequestHead,
+                              initialResponseHeaders: HTTPHeaders) -> EventLoopFuture<HTTPHeaders> {
+        handshake.buildUpgradeResponse(channel: channel, upgradeRequest: upgradeRequest,
+                                       initialResponseHeaders: initialResponseHeaders)
+    }
+
+    func upgrade(context: ChannelHandlerContext, upgradeRequest: HTTPRequestHead) -> EventLoopFuture<Void> {
+        let channel = context.channel
+        do {
+            try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return startTunnel(channel)
     }
 }
 

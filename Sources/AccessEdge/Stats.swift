@@ -132,10 +132,11 @@ final class EdgeStats: @unchecked Sendable {
         }
     }
 
-    /// A data frame (binary or continuation) of `bytes` payload bytes arrived from the client.
-    func dataFrameIn(bytes: Int) {
+    /// Payload of data frames (binary or continuation) arrived from the client: `bytes` bytes,
+    /// the start of `frames` frames (payload is counted as it arrives, a frame at its start).
+    func dataIn(frames: Int, bytes: Int) {
         update {
-            $0.binaryFramesIn += 1
+            $0.binaryFramesIn += frames
             $0.bytesIn += bytes
         }
     }

@@ -17,16 +17,20 @@ struct TunnelSettings: Sendable {
 /// Both channels live on the same event loop, so the two handlers call each other directly.
 /// Flow control is by read gating: each side forwards its `read()` only while the other
 /// side's channel is writable, and re-issues it when the other side becomes writable again.
-/// Nothing is buffered beyond one socket read plus one WebSocket frame.
+/// Nothing is buffered beyond one socket read (data frames are passed on piece by piece; a
+/// text or control frame is collected whole).
 enum Tunnel {
-    static func join(webSocket: Channel, target: Channel, stats: EdgeStats, settings: TunnelSettings) throws {
+    /// `webSocket` has NIOWebSocket's frame encoder and no frame decoder: the tunnel's
+    /// WebSocket half reads the client's frames itself, up to `maxFrameSize` bytes each.
+    static func join(webSocket: Channel, target: Channel, maxFrameSize: Int, stats: EdgeStats,
+                     settings: TunnelSettings) throws {
         webSocket.eventLoop.preconditionInEventLoop()
         precondition(webSocket.eventLoop === target.eventLoop, "tunnel halves must share an event loop")
         guard webSocket.isActive else {
             target.close(promise: nil)
             throw ChannelError.ioOnClosedChannel
         }
-        let clientSide = WebSocketTunnelHandler(stats: stats, settings: settings)
+        let clientSide = WebSocketTunnelHandler(maxFrameSize: maxFrameSize, stats: stats, settings: settings)
         let targetSide = TargetTunnelHandler(settings: settings)
         clientSide.partner = targetSide
         targetSide.partner = clientSide
@@ -57,10 +61,14 @@ enum Tunnel {
 /// The WebSocket half of a tunnel: binary frames from the client go to the TCP target,
 /// TCP bytes come back as binary frames.
 ///
-/// A text frame is a protocol violation (Close 1003). Pings are answered with pongs. A Close
-/// from the client is answered and ends the TCP side; the end of the TCP side sends Close 1000.
+/// It reads the client's frames from the TLS bytes itself (`ClientFrameReader`): the payload
+/// of binary and continuation frames goes to the target as it arrives, unmasked on the way,
+/// without waiting for the end of the frame. A text frame is a protocol violation (Close
+/// 1003). Pings are answered with pongs. A Close from the client is answered and ends the TCP
+/// side; the end of the TCP side sends Close 1000. A frame over the size limit gets Close
+/// 1009, a malformed control frame Close 1002, and the connection is closed.
 final class WebSocketTunnelHandler: ChannelDuplexHandler {
-    typealias InboundIn = WebSocketFrame
+    typealias InboundIn = ByteBuffer
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
@@ -69,6 +77,8 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
 
     private let stats: EdgeStats
     private let settings: TunnelSettings
+    private let maxFrameSize: Int
+    private var reader: ClientFrameReader?
     private var context: ChannelHandlerContext?
     private var readHeld = false
     private var sentClose = false
@@ -78,7 +88,8 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
     private var lastActivity = NIODeadline.now()
     private var idleCheck: Scheduled<Void>?
 
-    init(stats: EdgeStats, settings: TunnelSettings) {
+    init(maxFrameSize: Int, stats: EdgeStats, settings: TunnelSettings) {
+        self.maxFrameSize = maxFrameSize
         self.stats = stats
         self.settings = settings
     }
@@ -87,6 +98,7 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        reader = ClientFrameReader(maxFrameSize: maxFrameSize, allocator: context.channel.allocator)
         lastActivity = .now()
         scheduleIdleCheck()
     }
@@ -114,14 +126,27 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
     // MARK: Frames from the client
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        switch frame.opcode {
-        case .binary, .continuation:
-            guard !sentClose else { return }
-            let payload = frame.unmaskedData
-            stats.dataFrameIn(bytes: payload.readableBytes)
-            lastActivity = .now()
-            partner?.sendToTarget(payload)
+        var bytes = unwrapInboundIn(data)
+        while self.context != nil, let event = reader?.next(from: &bytes) {
+            switch event {
+            case .data(let payload, let startsFrame):
+                guard !sentClose else { continue }
+                stats.dataIn(frames: startsFrame ? 1 : 0, bytes: payload.readableBytes)
+                lastActivity = .now()
+                if payload.readableBytes > 0 {
+                    partner?.sendToTarget(payload)
+                }
+            case .frame(let opcode, let payload):
+                wholeFrameRead(context: context, opcode: opcode, payload: payload)
+            case .violation(let error):
+                violation(context: context, error: error)
+            }
+        }
+    }
+
+    /// A text, ping, pong, close or unknown frame, complete.
+    private func wholeFrameRead(context: ChannelHandlerContext, opcode: WebSocketOpcode, payload: ByteBuffer) {
+        switch opcode {
         case .text:
             stats.textFrameReceived()
             settings.log.info("text frame received: closing with 1003")
@@ -131,7 +156,7 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
             stats.pingReceived()
             lastActivity = .now()
             guard !sentClose, settings.answerPings else { return }
-            let pong = WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)
+            let pong = WebSocketFrame(fin: true, opcode: .pong, data: payload)
             context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
         case .pong:
             lastActivity = .now()
@@ -143,7 +168,7 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
                 let channel = context.channel
                 closeWritten.whenComplete { _ in channel.close(promise: nil) }
             } else {
-                var payload = frame.unmaskedData
+                var payload = payload
                 let code = payload.readWebSocketErrorCode() ?? .normalClosure
                 sendClose(code: Self.replyCode(to: code), reason: nil)
             }
@@ -151,6 +176,21 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
             endPartner()
             sendClose(code: .protocolError, reason: "unknown opcode")
         }
+    }
+
+    /// A frame the reader refused: Close with the matching code (1009 for a frame too large,
+    /// 1002 otherwise), then the connection is closed; nothing more is read.
+    private func violation(context: ChannelHandlerContext, error: NIOWebSocketError) {
+        settings.log.info("tunnel WebSocket error: \(error)")
+        endPartner()
+        let code: WebSocketErrorCode = error == .invalidFrameLength ? .messageTooLarge : .protocolError
+        var payload = context.channel.allocator.buffer(capacity: 2)
+        payload.write(webSocketErrorCode: code)
+        sentClose = true
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: payload)))
+            .whenComplete { _ in channel.close(promise: nil) }
+        context.close(promise: nil)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

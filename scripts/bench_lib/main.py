@@ -98,6 +98,11 @@ Only 127.0.0.1 is ever used.""")
                    help="run cf-access-tcp under this command prefix, for profiling ({name} = e.g. "
                         "ours-sink-2, unique per process), e.g. 'valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.{name}'; "
                         "timeouts are then 20x longer and its figures are the wrapper's")
+    p.add_argument("--edge-wrapper", metavar="PREFIX",
+                   help="run each edge emulator (cf-access-edge serve) under this command prefix, for profiling "
+                        "({name} = edge-echo, edge-sink or edge-source), e.g. 'valgrind --tool=callgrind "
+                        "--callgrind-out-file=/tmp/cg.{name}'; timeouts are then 20x longer and the edge's figures "
+                        "are the wrapper's")
     args = p.parse_args(argv)
 
     q = args.quick
@@ -113,7 +118,7 @@ Only 127.0.0.1 is ever used.""")
     default("integrity_mib", 64, 16)
     default("time_limit", 1800.0, 300.0)
     args.warmup = 50 if q else 200
-    args.slow = 20 if args.ours_wrapper else 1
+    args.slow = 20 if args.ours_wrapper or args.edge_wrapper else 1
     try:
         args.conc_sizes = [int(x) for x in args.concurrency.split(",") if x.strip()]
     except ValueError:
@@ -241,8 +246,9 @@ def build(args, root):
 # the fixed parts of a run: certificates, targets, edges
 
 class Edge:
-    def __init__(self, kind, proc, port, ca):
+    def __init__(self, kind, proc, port, ca, timeout=10):
         self.kind, self.proc, self.port, self.ca = kind, proc, port, ca
+        self.timeout = timeout
         ctx = ssl.create_default_context(cafile=ca)
         self._ctx = ctx
         self._conn = None
@@ -255,7 +261,8 @@ class Edge:
         for attempt in range(2):
             try:
                 if self._conn is None:
-                    self._conn = http.client.HTTPSConnection(LOOPBACK, self.port, context=self._ctx, timeout=10)
+                    self._conn = http.client.HTTPSConnection(LOOPBACK, self.port, context=self._ctx,
+                                                             timeout=self.timeout)
                 self._conn.request("GET", "/cdn-cgi/edge/stats")
                 resp = self._conn.getresponse()
                 body = resp.read()
@@ -329,9 +336,13 @@ class Bench:
             argv = [self.edge_bin, "serve", "--listen", "%s:0" % LOOPBACK, "--cert", self.cert, "--key", self.key,
                     "--target", "%s:%d" % (LOOPBACK, self.targets[kind]),
                     "--service-token", "%s:%s" % (TOKEN_ID, TOKEN_SECRET)]
+            if self.args.edge_wrapper:
+                argv = shlex.split(self.args.edge_wrapper.replace("{name}", "edge-" + kind)) + argv
             proc = self.procs.start("edge-" + kind, argv)
-            line = self.procs.wait_for_line(proc, "listening on")
-            edge = Edge(kind, proc, int(line.rsplit(":", 1)[1]), self.ca)
+            if self.args.edge_wrapper:
+                proc.grace = 60.0   # a profiler writes its output on SIGTERM
+            line = self.procs.wait_for_line(proc, "cf-access-edge listening on", timeout=30 * self.args.slow)
+            edge = Edge(kind, proc, int(line.rsplit(":", 1)[1]), self.ca, timeout=10 * self.args.slow)
             edge.stats()  # the edge answers, TLS to it verifies
             self.edges[kind] = edge
         log("targets %s; edges %s" % (

@@ -181,6 +181,9 @@ def markdown(summary, args, bench, machine, command, elapsed):
     if args.ours_wrapper:
         lines.append("")
         lines.append("cf-access-tcp ran under `%s`: its figures are the wrapper's." % args.ours_wrapper)
+    if args.edge_wrapper:
+        lines.append("")
+        lines.append("The edge emulators ran under `%s`: their figures are the wrapper's." % args.edge_wrapper)
     lines.append("")
     header = ["Measure"] + [bench.label(m) for m in modes]
     lines.append("| " + " | ".join(header) + " |")
