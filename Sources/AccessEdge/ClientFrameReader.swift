@@ -14,8 +14,9 @@ import NIOWebSocket
 /// before, and in the same order, as soon as the length is known: a length above
 /// `maxFrameSize` (or above `Int.max`) is `invalidFrameLength`; a control frame without FIN
 /// is `fragmentedControlFrame`; a control frame over 125 bytes is
-/// `multiByteControlFrameLength`. RSV bits are not checked, and unmasked frames are accepted
-/// as they were.
+/// `multiByteControlFrameLength`. Then, unlike that decoder, a frame without a mask is refused
+/// (`unmaskedFrame`): RFC 6455 §5.1 says a server must close the connection on one, and the
+/// emulator is there to catch a client that forgets. RSV bits are not checked.
 struct ClientFrameReader {
     /// What the reader found.
     enum Event {
@@ -26,6 +27,8 @@ struct ClientFrameReader {
         case frame(opcode: WebSocketOpcode, payload: ByteBuffer)
         /// A protocol violation; nothing after it is read.
         case violation(NIOWebSocketError)
+        /// A client frame without a mask (RFC 6455 §5.1); nothing after it is read.
+        case unmaskedFrame
     }
 
     /// A parsed frame header.
@@ -84,6 +87,10 @@ struct ClientFrameReader {
                     state = .failed
                     return .violation(error)
                 case .complete(let header):
+                    guard header.mask != nil else {
+                        state = .failed
+                        return .unmaskedFrame
+                    }
                     if header.isData {
                         state = .data(header, offset: 0, remaining: header.length)
                         if header.length == 0 {

@@ -139,7 +139,10 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
             case .frame(let opcode, let payload):
                 wholeFrameRead(context: context, opcode: opcode, payload: payload)
             case .violation(let error):
-                violation(context: context, error: error)
+                violation(context: context, error: "\(error)",
+                          code: error == .invalidFrameLength ? .messageTooLarge : .protocolError)
+            case .unmaskedFrame:
+                violation(context: context, error: "unmasked client frame", code: .protocolError)
             }
         }
     }
@@ -178,12 +181,11 @@ final class WebSocketTunnelHandler: ChannelDuplexHandler {
         }
     }
 
-    /// A frame the reader refused: Close with the matching code (1009 for a frame too large,
-    /// 1002 otherwise), then the connection is closed; nothing more is read.
-    private func violation(context: ChannelHandlerContext, error: NIOWebSocketError) {
+    /// A frame the reader refused: Close with `code` (1009 for a frame too large, 1002
+    /// otherwise), then the connection is closed; nothing more is read.
+    private func violation(context: ChannelHandlerContext, error: String, code: WebSocketErrorCode) {
         settings.log.info("tunnel WebSocket error: \(error)")
         endPartner()
-        let code: WebSocketErrorCode = error == .invalidFrameLength ? .messageTooLarge : .protocolError
         var payload = context.channel.allocator.buffer(capacity: 2)
         payload.write(webSocketErrorCode: code)
         sentClose = true

@@ -14,6 +14,7 @@ struct ClientFrameReaderTests {
         var dataFrames = 0
         var frames: [(WebSocketOpcode, [UInt8])] = []
         var violation: NIOWebSocketError?
+        var unmasked = false
     }
 
     /// Feeds `stream` in pieces of 1...`maxPiece` bytes (sizes from a fixed seed).
@@ -35,6 +36,8 @@ struct ClientFrameReaderTests {
                     outcome.frames.append((opcode, Array(payload.readableBytesView)))
                 case .violation(let error):
                     outcome.violation = error
+                case .unmaskedFrame:
+                    outcome.unmasked = true
                 }
             }
             #expect(piece.readableBytes == 0, "the reader keeps what it cannot use yet")
@@ -102,12 +105,19 @@ struct ClientFrameReaderTests {
         }
     }
 
-    @Test("unmasked frames and RSV bits are accepted, as NIOWebSocket's decoder did")
+    @Test("RSV bits are accepted; an unmasked frame is refused (RFC 6455 §5.1) and nothing after it comes out")
     func unmaskedAndReserved() {
-        let stream: [UInt8] = [0x82, 0x03, 7, 8, 9] + [0xC2, 0x01, 4] + [0x00, 0x02, 5, 6]
-        let outcome = Self.read(stream, maxPiece: 2)
-        #expect(outcome.data == [7, 8, 9, 4, 5, 6])
-        #expect(outcome.dataFrames == 3)
+        let mask: [UInt8] = [0, 0, 0, 0]   // a zero key leaves the payload as it is
+        let reserved: [UInt8] = [0xC2, 0x81] + mask + [4]
+        var outcome = Self.read([0x82, 0x83] + mask + [7, 8, 9] + reserved, maxPiece: 2)
+        #expect(outcome.data == [7, 8, 9, 4] && outcome.dataFrames == 2 && !outcome.unmasked)
+        // The same frames with an unmasked one between them: reading stops there.
+        outcome = Self.read([0x82, 0x83] + mask + [7, 8, 9] + [0x82, 0x02, 5, 6] + reserved, maxPiece: 3)
+        #expect(outcome.unmasked)
+        #expect(outcome.data == [7, 8, 9] && outcome.dataFrames == 1)
+        // An unmasked control frame too.
+        outcome = Self.read([0x89, 0x00], maxPiece: 1)
+        #expect(outcome.unmasked && outcome.frames.isEmpty)
     }
 
     @Test("violations are found as soon as the length is known, and end the reading")
