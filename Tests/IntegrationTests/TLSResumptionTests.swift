@@ -53,21 +53,26 @@ struct TLSResumptionTests {
         try edge.waitForStats(host: testHost) { $0.upgradesAccepted == 5 && $0.activeTunnels == 0 }
     }
 
+    /// An echo target, an edge and a debug-logging listener whose connection 2 resumed the session
+    /// of connection 1; then the edge is stopped, so a test can put another on its address.
+    private func listenerWithCachedSession() throws -> (echo: TargetFixture, edgeAddress: String, listener: ListenerProcess) {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge, extra: ["--loglevel", "debug"]))
+        try echoOnce(port: listener.port, "first")
+        try echoOnce(port: listener.port, "second")
+        #expect(handshakeKind(listener, connection: 2) == "TLS session resumed")
+        edge.stop()
+        return (echo, "\(edge.address):\(edge.port)", listener)
+    }
+
     @Test("an edge that no longer knows the session (restarted) gets a full, verified handshake, and the connection works")
     func restartedEdgeFallsBack() throws {
-        let echo = try TargetFixture(.echo)
-        let tokens = [(testTokenID, testTokenSecret)]
-        let first = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: tokens)
-        let listener = try ListenerProcess(arguments: try clientArguments(edge: first, extra: ["--loglevel", "debug"]))
+        let (echo, address, listener) = try listenerWithCachedSession()
         defer { listener.stop() }
-        try echoOnce(port: listener.port, "before the restart 1")
-        try echoOnce(port: listener.port, "before the restart 2")
-        #expect(handshakeKind(listener, connection: 2) == "TLS session resumed")
-
         // Same address, new process: new ticket keys, so the stored ticket cannot be decrypted.
-        first.stop()
-        let second = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: tokens,
-                                     listen: "\(first.address):\(first.port)")
+        let second = try EdgeFixture(certs: try certs(), target: echo.address,
+                                     serviceTokens: [(testTokenID, testTokenSecret)], listen: address)
         defer { second.stop() }
         try echoOnce(port: listener.port, "after the restart")
         #expect(handshakeKind(listener, connection: 3) == "full TLS handshake")
@@ -79,20 +84,12 @@ struct TLSResumptionTests {
 
     @Test("a cached session never lets an edge with an untrusted certificate in")
     func impostorIsRefused() throws {
-        let echo = try TargetFixture(.echo)
-        let tokens = [(testTokenID, testTokenSecret)]
-        let genuine = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: tokens)
-        let listener = try ListenerProcess(arguments: try clientArguments(edge: genuine, extra: ["--loglevel", "debug"]))
+        let (echo, address, listener) = try listenerWithCachedSession()
         defer { listener.stop() }
-        try echoOnce(port: listener.port, "genuine 1")
-        try echoOnce(port: listener.port, "genuine 2")
-        #expect(handshakeKind(listener, connection: 2) == "TLS session resumed")
-
         // The same address now answers with a certificate for the same name from another CA.
-        genuine.stop()
         let otherCA = try EdgeFixture.makeCerts(hosts: [testHost])
-        let impostor = try EdgeFixture(certs: otherCA, target: echo.address, serviceTokens: tokens,
-                                       listen: "\(genuine.address):\(genuine.port)")
+        let impostor = try EdgeFixture(certs: otherCA, target: echo.address,
+                                       serviceTokens: [(testTokenID, testTokenSecret)], listen: address)
         defer { impostor.stop() }
         let client = try ClientSocket(port: listener.port)
         try client.send(Array("must not arrive".utf8))
