@@ -23,7 +23,7 @@ public struct ConnectTarget: Sendable, Equatable, CustomStringConvertible {
 
     /// `address[:port]`, or `sni:port:address` for the 3-part form.
     public var description: String {
-        let host = address.unicodeScalars.contains(":") ? "[" + address + "]" : address
+        let host = HostText.bracketed(address)
         if let serverName, let port { return serverName + ":" + String(port) + ":" + host }
         guard let port else { return host }
         return host + ":" + String(port)

@@ -24,7 +24,7 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
 
     /// `host:port`, IPv6 in brackets: `127.0.0.1:2222`, `[::1]:2222`.
     public var description: String {
-        (isIPv6 ? "[" + host + "]" : host) + ":" + String(port)
+        HostText.withPort(host, port)
     }
 
     /// Parses a `--url` value.

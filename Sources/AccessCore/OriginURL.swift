@@ -23,9 +23,8 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
     /// The `Host` header value (and URL authority): `host` or `host:port`, an IPv6 address
     /// in brackets (`[::1]:8443`).
     public var hostHeader: String {
-        let bracketed = isIPv6 ? "[" + host + "]" : host
-        guard let port else { return bracketed }
-        return bracketed + ":" + String(port)
+        guard let port else { return HostText.bracketed(host) }
+        return HostText.withPort(host, port)
     }
 
     /// The port to dial: `port`, or 443.

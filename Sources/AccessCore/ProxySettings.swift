@@ -10,7 +10,7 @@ public struct ProxySettings: Sendable, Equatable, CustomStringConvertible {
 
     /// `host:port`, for logs (never the proxy's credentials).
     public var description: String {
-        (host.unicodeScalars.contains(":") ? "[" + host + "]" : host) + ":" + String(port)
+        HostText.withPort(host, port)
     }
 
     /// The proxy for a dial to `host`:`port`, or nil for a direct dial.

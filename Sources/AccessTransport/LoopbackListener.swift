@@ -40,7 +40,7 @@ public final class LoopbackListener: @unchecked Sendable {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
         }
-        let shown = address.isIPv6 ? "[\(address.host)]:\(address.port)" : "\(address.host):\(address.port)"
+        let shown = address.description
         if rc != 0 {
             let err = errno
             Glibc.close(s)
@@ -68,7 +68,7 @@ public final class LoopbackListener: @unchecked Sendable {
         }
         fd = s
         port = boundPort
-        boundAddress = address.isIPv6 ? "[\(address.host)]:\(boundPort)" : "\(address.host):\(boundPort)"
+        boundAddress = HostText.withPort(address.host, boundPort)
     }
 
     deinit { close() }

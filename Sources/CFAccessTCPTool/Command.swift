@@ -124,7 +124,7 @@ struct TCPCommand: AsyncParsableCommand {
             await tunnel.disconnect()
             throw ExitCode(1)
         }
-        let shown = listen.isIPv6 ? "[\(listen.host)]:\(port)" : "\(listen.host):\(port)"
+        let shown = HostText.withPort(listen.host, Int(port))
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
         listening.withLock { $0 = true }
         await stop.wait()

@@ -10,8 +10,7 @@ public struct ResolveOverride: Sendable, Equatable, CustomStringConvertible {
 
     /// `host:port:addr`, an IPv6 address in brackets: the form `CURLOPT_RESOLVE` takes.
     public var description: String {
-        let shown = address.unicodeScalars.contains(":") ? "[" + address + "]" : address
-        return host + ":" + String(port) + ":" + shown
+        host + ":" + String(port) + ":" + HostText.bracketed(address)
     }
 
     /// Parses `HOST:PORT:ADDR`. HOST is a DNS name; PORT 1...65535; ADDR an IPv4 address or

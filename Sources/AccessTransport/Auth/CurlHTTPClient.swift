@@ -25,8 +25,7 @@ public struct ConnectOverride: Sendable, Equatable {
 
     /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT`, an IPv6 address in brackets.
     var curlEntry: String {
-        let shown = address.contains(":") ? "[\(address)]" : address
-        return "\(host):\(port):\(shown):\(targetPort)"
+        "\(host):\(port):\(HostText.withPort(address, targetPort))"
     }
 }
 
@@ -150,7 +149,7 @@ public struct CurlHTTPClient: HTTPClient {
             if code == CURLE_COULDNT_CONNECT, let url = URL(string: request.url), let urlHost = url.host {
                 // Name the address, and tell "no route" (Network unavailable) from a refusal.
                 if let (address, port) = overriddenAddress(host: urlHost, port: url.port ?? 443) {
-                    let shown = address.contains(":") ? "[\(address)]:\(port)" : "\(address):\(port)"
+                    let shown = HostText.withPort(address, port)
                     if let problem = AddressResolver.routeProblem(address: address, port: port) {
                         return .failure(.networkUnavailable(detail: "\(host) (\(shown)): \(problem)"))
                     }
