@@ -208,7 +208,7 @@ struct ProviderCommandTests {
     }
 
     @Test func aLockHeldTooLongFails() async throws {
-        let clock = SteppingClock(ProviderFlowTests.now)
+        let clock = FakeClock(ProviderFlowTests.now, stepping: true)
         let rig = Rig(clock: clock, lock: HeldLock(pid: 4242), lockWait: 10)
         defer { rig.temp.remove() }
         let failure = await Self.failure { () async throws(TunnelFailure) in
@@ -241,21 +241,6 @@ final class HeldLock: LoginLock, @unchecked Sendable {
         }
         onAttempt?(attempt)
         return .held(pid: pid)
-    }
-}
-
-/// A clock whose sleeps move its time on.
-final class SteppingClock: WallClock, @unchecked Sendable {
-    private let state: LockedBox<(now: Date, slept: Double)>
-    init(_ now: Date) { state = LockedBox((now, 0)) }
-    func now() -> Date { state.withLock { $0.now } }
-    var slept: Double { state.withLock { $0.slept } }
-    func sleep(seconds: Double) async -> Bool {
-        state.withLock {
-            $0.now += seconds
-            $0.slept += seconds
-        }
-        return true
     }
 }
 

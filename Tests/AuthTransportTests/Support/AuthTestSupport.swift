@@ -40,14 +40,21 @@ struct VectorKeyBox: BoxOpener {
     }
 }
 
-/// A clock stopped at `now`; sleeping only counts.
+/// A clock stopped at `now`, sleeping only counts; or, with `stepping`, each sleep moves its time on.
 final class FakeClock: WallClock, @unchecked Sendable {
     private let state: LockedBox<(now: Date, slept: Double)>
-    init(_ now: Date) { state = LockedBox((now, 0)) }
+    private let stepping: Bool
+    init(_ now: Date, stepping: Bool = false) {
+        state = LockedBox((now, 0))
+        self.stepping = stepping
+    }
     func now() -> Date { state.withLock { $0.now } }
     var slept: Double { state.withLock { $0.slept } }
     func sleep(seconds: Double) async -> Bool {
-        state.withLock { $0.slept += seconds }
+        state.withLock {
+            $0.slept += seconds
+            if stepping { $0.now += seconds }
+        }
         await Task.yield()
         return true
     }
