@@ -55,11 +55,6 @@ enum TLSSessionCache {
             guard event & SSL_CB_HANDSHAKE_START != 0, let ssl,
                   SSL_is_server(ssl) == 0, SSL_in_before(ssl) == 1,   // a first handshake only
                   let slot = TLSSessionCache.slot(of: ssl), let session = slot.session else { return }
-            guard SSL_SESSION_is_resumable(session) == 1 else {
-                SSL_SESSION_free(session)
-                slot.session = nil
-                return
-            }
             // Before the ClientHello: OpenSSL offers the ticket of a private copy, so how this
             // connection ends cannot spoil the stored session.
             guard let copy = SSL_SESSION_dup(session) else { return }
