@@ -35,7 +35,7 @@ struct ClientFrameReader {
     private struct Header {
         var opcode: UInt8
         var length: Int
-        var mask: (UInt8, UInt8, UInt8, UInt8)?
+        var mask: (UInt8, UInt8, UInt8, UInt8)
 
         var isData: Bool { opcode == 0x0 || opcode == 0x2 }
     }
@@ -86,11 +86,10 @@ struct ClientFrameReader {
                 case .violation(let error):
                     state = .failed
                     return .violation(error)
+                case .unmasked:
+                    state = .failed
+                    return .unmaskedFrame
                 case .complete(let header):
-                    guard header.mask != nil else {
-                        state = .failed
-                        return .unmaskedFrame
-                    }
                     if header.isData {
                         state = .data(header, offset: 0, remaining: header.length)
                         if header.length == 0 {
@@ -117,10 +116,8 @@ struct ClientFrameReader {
                 }
                 guard collected.readableBytes == header.length else { return nil }
                 state = .header
-                if let mask = header.mask {
-                    collected.withUnsafeMutableReadableBytes { bytes in
-                        Self.unmask(bytes, mask: mask, offset: 0)
-                    }
+                collected.withUnsafeMutableReadableBytes { bytes in
+                    Self.unmask(bytes, mask: header.mask, offset: 0)
                 }
                 // Four bits always make an opcode.
                 return .frame(opcode: WebSocketOpcode(encodedWebSocketOpcode: header.opcode)!, payload: collected)
@@ -134,6 +131,7 @@ struct ClientFrameReader {
         case incomplete
         case complete(Header)
         case violation(NIOWebSocketError)
+        case unmasked
     }
 
     /// Parses a header from the stashed bytes followed by `input`; consumes it only when complete.
@@ -146,6 +144,8 @@ struct ClientFrameReader {
                 return .incomplete
             case .violation(let error):
                 return .violation(error)
+            case .unmasked:
+                return .unmasked
             case .complete(let header, let length):
                 input.moveReaderIndex(forwardBy: length)
                 return .complete(header)
@@ -162,6 +162,8 @@ struct ClientFrameReader {
             return .incomplete
         case .violation(let error):
             return .violation(error)
+        case .unmasked:
+            return .unmasked
         case .complete(let header, let length):
             input.moveReaderIndex(forwardBy: length - stashed)
             headerBytes.clear()
@@ -173,6 +175,8 @@ struct ClientFrameReader {
         case incomplete
         case complete(Header, length: Int)
         case violation(NIOWebSocketError)
+        /// A header without a mask (RFC 6455 §5.1: a client must mask every frame).
+        case unmasked
     }
 
     /// Parses one header at the start of `bytes`. Checks the frame as soon as its length is known.
@@ -210,12 +214,10 @@ struct ClientFrameReader {
         if isControl && length > 125 {
             return .violation(.multiByteControlFrameLength)
         }
-        var mask: (UInt8, UInt8, UInt8, UInt8)?
-        if masked {
-            guard bytes.count >= position + 4 else { return .incomplete }
-            mask = (bytes[position], bytes[position + 1], bytes[position + 2], bytes[position + 3])
-            position += 4
-        }
+        guard masked else { return .unmasked }
+        guard bytes.count >= position + 4 else { return .incomplete }
+        let mask = (bytes[position], bytes[position + 1], bytes[position + 2], bytes[position + 3])
+        position += 4
         return .complete(Header(opcode: first & 0x0F, length: length, mask: mask), length: position)
     }
 
@@ -224,17 +226,13 @@ struct ClientFrameReader {
     /// Copies `count` bytes out of `input` into `output`, unmasking them on the way; `offset`
     /// is the position of the first of them in the frame's payload.
     private mutating func unmaskCopy(from input: inout ByteBuffer, count: Int,
-                                     mask: (UInt8, UInt8, UInt8, UInt8)?, offset: Int) -> ByteBuffer {
+                                     mask: (UInt8, UInt8, UInt8, UInt8), offset: Int) -> ByteBuffer {
         // `clear()` gets fresh storage if the previous piece is still queued for the target.
         output.clear()
         output.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { target in
             input.withUnsafeReadableBytes { source in
                 let from = UnsafeRawBufferPointer(rebasing: source.prefix(count))
-                if let mask {
-                    Self.unmask(from: from, to: target.baseAddress!, mask: mask, offset: offset)
-                } else {
-                    target.baseAddress!.copyMemory(from: from.baseAddress!, byteCount: count)
-                }
+                Self.unmask(from: from, to: target.baseAddress!, mask: mask, offset: offset)
             }
             return count
         }
