@@ -277,18 +277,19 @@ public final class SSHSession: @unchecked Sendable {
         }
     }
 
-    /// Authentication with each identity of the ssh-agent at `SSH_AUTH_SOCK`, in the agent's
-    /// order. Throws `.authenticationFailed` if none is accepted, `.configuration` without an
-    /// agent.
-    public func authenticateWithAgent(user: String) async throws(SSHFailure) {
-        try await onThread { session throws(SSHFailure) in try session.agentOnThread(user: user) }
+    /// Authentication with each identity of the ssh-agent at `socketPath` (default:
+    /// `SSH_AUTH_SOCK`), in the agent's order. Throws `.authenticationFailed` if none is
+    /// accepted, `.configuration` without an agent.
+    public func authenticateWithAgent(user: String, socketPath: String? = nil) async throws(SSHFailure) {
+        try await onThread { session throws(SSHFailure) in try session.agentOnThread(user: user, socketPath: socketPath) }
     }
 
-    private func agentOnThread(user: String) throws(SSHFailure) {
+    private func agentOnThread(user: String, socketPath: String?) throws(SSHFailure) {
         guard let agent = libssh2_agent_init(raw) else {
             throw SSHFailure(.localIO, "cannot use the ssh-agent: \(lastErrorText())")
         }
         defer { libssh2_agent_free(agent) }
+        if let socketPath { libssh2_agent_set_identity_path(agent, socketPath) }
         guard libssh2_agent_connect(agent) == 0 else {
             throw SSHFailure(.configuration, "cannot reach the ssh-agent at SSH_AUTH_SOCK")
         }

@@ -136,6 +136,11 @@ struct ShellTerminalTests {
         let world = try ShellWorld(edge: edge, sshd: sshd)
         try world.trustHostKey()
         let name = "cfat\(getpid())\(Int.random(in: 1000...9999))"
+        // Whatever happens, the remote tmux session does not outlive the test.
+        defer {
+            _ = try? world.runTool(world.arguments(user: sshd.keyUser, extra: ["-i", sshd.clientKeyPath.path],
+                                                   command: ["tmux kill-session -t \(name) 2>/dev/null; true"]))
+        }
         // The status lines go to a file: tmux's redraw after the reattach covers the screen.
         let status = world.home.appendingPathComponent("status.log")
         let command = try world.toolCommandLine(
