@@ -173,4 +173,48 @@ struct ShellTerminalTests {
         #expect(try terminal.screen().contains("TTY-RESTORED"))
         withExtendedLifetime(edge) {}
     }
+
+    @Test("an encrypted key asks for its passphrase on the terminal; a wrong one is said and asked again")
+    func encryptedKeyPassphrase() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let key = world.home.appendingPathComponent("locked_key")
+        let made = try run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "cfat-phrase", "-f", key.path], timeout: 30)
+        #expect(made.status == 0, "\(made.stderr)")
+        // Authorize it for the key user next to the fixture's own key.
+        let authorized = world.sshd.directory.appendingPathComponent("authorized_keys/\(world.sshd.keyUser)")
+        let handle = try FileHandle(forWritingTo: authorized)
+        handle.seekToEndOfFile()
+        handle.write(try Data(contentsOf: key.appendingPathExtension("pub")))
+        try handle.close()
+        let terminal = try TmuxTerminal(command: try world.toolCommandLine(
+            world.arguments(user: world.sshd.keyUser, extra: ["-i", key.path], command: ["echo", "unlocked"])))
+        let prompt = "Enter passphrase for key '\(key.path)': "
+        try terminal.waitFor(prompt)
+        try terminal.type("not-the-phrase")
+        try terminal.waitFor("Bad passphrase for key '\(key.path)'")
+        try terminal.waitFor(prompt, count: 2)
+        try terminal.type("cfat-phrase")
+        #expect(try terminal.exitStatus() == 0)
+        let screen = try terminal.screen()
+        #expect(screen.contains("unlocked"))
+        #expect(!screen.contains("cfat-phrase"))
+    }
+
+    @Test("reconnect gives up after 1 s, 5 s and 15 s when the edge stays away: the plain failure, exit 75, terminal restored")
+    func reconnectGivesUp() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let status = world.home.appendingPathComponent("status.log")
+        let command = try world.toolCommandLine(world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path]))
+        let terminal = try TmuxTerminal(command: command + " 2>" + shellQuote(status.path))
+        try terminal.waitFor("\(world.sshd.keyUser)@")
+        world.edge.stop()
+        #expect(try terminal.exitStatus(timeout: 120) == 75)
+        let lines = try String(contentsOf: status, encoding: .utf8)
+        for attempt in 1...3 { #expect(lines.contains("Connection lost — reconnecting (\(attempt)/3)…"), "\(lines)") }
+        #expect(lines.contains("Connection lost: could not reconnect after 3 attempts: Connection refused"), "\(lines)")
+        #expect(!lines.contains("Reconnected."))
+        #expect(try terminal.screen().contains("TTY-RESTORED"))
+    }
 }
