@@ -14,13 +14,14 @@ private let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() 
 /// emulator and a real sshd (issue 10, point 8).
 @Suite("SSHSession library over a tunnel stream", .serialized)
 struct SSHSessionLibraryTests {
-    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture) async throws -> (AccessTunnel, SSHSession) {
+    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture,
+                             options sshOptions: SSHSession.Options = SSHSession.Options()) async throws -> (AccessTunnel, SSHSession) {
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
                                            caFile: edge.certs.caFile.path, retry: .never)
         let tunnel = AccessTunnel(options: options, logger: quietLogger)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
-        return (tunnel, try SSHSession(stream: stream))
+        return (tunnel, try SSHSession(stream: stream, options: sshOptions))
     }
 
     @Test("handshake, known_hosts, password auth (wrong then right), exec with output, stderr, stdin and exit status")
@@ -128,5 +129,30 @@ struct SSHSessionLibraryTests {
                              timeout: 60)
         #expect(result.status == 9, "\(result.stderr)")
         #expect(result.stdout == "example-ssh\n")
+    }
+
+    @Test("SSH keepalives go out while a channel is idle (interval 1 s here), and none with the interval 0")
+    func keepalives() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        for interval in [1, 0] {
+            let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: interval))
+            _ = try await ssh.handshake()
+            try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+            let quiet = Task { try await ssh.exec("sleep 7") }
+            try await Task.sleep(nanoseconds: 2_000_000_000)
+            let before = try edge.stats(host: testHost).binaryFramesIn
+            try await Task.sleep(nanoseconds: 4_000_000_000)
+            let after = try edge.stats(host: testHost).binaryFramesIn
+            if interval > 0 {
+                #expect(after - before >= 2, "no keepalive went out in 4 idle seconds")
+            } else {
+                #expect(after == before, "something went out on an idle channel without keepalives")
+            }
+            #expect(try await quiet.value.exitStatus == 0)
+            await ssh.disconnect()
+            await tunnel.disconnect()
+        }
     }
 }
