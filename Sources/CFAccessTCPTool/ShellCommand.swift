@@ -212,6 +212,16 @@ final class ShellRunner: @unchecked Sendable {
 
     /// Runs the session; returns the process exit status.
     func run() async -> Int32 {
+        // SIGINT, SIGTERM, SIGHUP end the run through exit(), whose hook puts the terminal back
+        // (raw mode, or a password prompt's echo off).
+        let stops = [SIGINT, SIGTERM, SIGHUP].map { number -> DispatchSourceSignal in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { exit(128 + number) }
+            source.resume()
+            return source
+        }
+        defer { stops.forEach { $0.cancel() } }
         let interactive = command == nil
         if interactive && isatty(0) == 0 {
             say("cf-access-tcp: an interactive shell needs a terminal on stdin: give a command after --, e.g. shell \(target.user)@\(target.host) -- uptime")
@@ -518,15 +528,6 @@ final class ShellRunner: @unchecked Sendable {
         }
         winch.resume()
         defer { winch.cancel() }
-        // SIGTERM/SIGHUP: the atexit hook restores the terminal.
-        let stops = [SIGTERM, SIGHUP].map { number -> DispatchSourceSignal in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { exit(128 + number) }
-            source.resume()
-            return source
-        }
-        defer { stops.forEach { $0.cancel() } }
 
         while true {
             let size = terminalSize(0)

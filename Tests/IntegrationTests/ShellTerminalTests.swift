@@ -217,4 +217,18 @@ struct ShellTerminalTests {
         #expect(!lines.contains("Reconnected."))
         #expect(try terminal.screen().contains("TTY-RESTORED"))
     }
+
+    @Test("SIGTERM during an interactive shell: exit 143 and the terminal is out of raw mode")
+    func terminatedShellRestoresTerminal() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let terminal = try TmuxTerminal(command: try world.toolCommandLine(
+            world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path])))
+        try terminal.waitFor("\(world.sshd.keyUser)@")
+        let children = try terminal.commandChildren()
+        #expect(children.count == 1, "expected the tool alone under the pane's shell: \(children)")
+        for pid in children { kill(pid, SIGTERM) }
+        #expect(try terminal.exitStatus() == 143)
+        #expect(try terminal.screen().contains("TTY-RESTORED"))
+    }
 }

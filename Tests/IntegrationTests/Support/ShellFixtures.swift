@@ -151,6 +151,13 @@ final class TmuxTerminal: @unchecked Sendable {
         return status
     }
 
+    /// The process ids of the pane's command's children (the tool under the wrapping `sh`).
+    func commandChildren() throws -> [pid_t] {
+        let shell = try control(["list-panes", "-t", "t", "-F", "#{pane_pid}"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let children = (try? String(contentsOfFile: "/proc/\(shell)/task/\(shell)/children", encoding: .utf8)) ?? ""
+        return children.split(separator: " ").compactMap { pid_t($0) }
+    }
+
     /// Resizes the window (the tool gets SIGWINCH).
     func resize(columns: Int, rows: Int) throws {
         try control(["resize-window", "-t", "t", "-x", String(columns), "-y", String(rows)])
