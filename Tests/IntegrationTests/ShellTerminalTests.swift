@@ -231,4 +231,26 @@ struct ShellTerminalTests {
         #expect(try terminal.exitStatus() == 143)
         #expect(try terminal.screen().contains("TTY-RESTORED"))
     }
+
+    @Test("keyboard-interactive (PAM): the server's prompt on the terminal without echo; a wrong answer is retried")
+    func keyboardInteractive() throws {
+        let pam = try PAMSSHDFixture()
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(pam.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let world = try ShellWorld(edge: edge, sshd: sshd)
+        try "\(testHost) \(pam.hostKeyPublicLine)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
+        let terminal = try TmuxTerminal(command: try world.toolCommandLine(
+            world.arguments(user: sshd.passwordUser, command: ["echo", "kbd-ok"])))
+        try terminal.waitFor("Password: ")
+        try terminal.type("not-it")
+        try terminal.waitFor("Authentication failed")
+        try terminal.waitFor("Password: ", count: 2)
+        try terminal.type(sshd.password)
+        #expect(try terminal.exitStatus() == 0)
+        let screen = try terminal.screen()
+        #expect(screen.contains("kbd-ok"))
+        #expect(!screen.contains(sshd.password))
+        #expect(pam.logText.contains("Accepted keyboard-interactive/pam for \(sshd.passwordUser)"))
+    }
 }
