@@ -140,8 +140,14 @@ struct SSHSessionLibraryTests {
             let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: interval))
             _ = try await ssh.handshake()
             try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
-            let quiet = Task { try await ssh.exec("sleep 7") }
-            try await Task.sleep(nanoseconds: 2_000_000_000)
+            let started = sshd.logText.components(separatedBy: "Starting session: command").count
+            let quiet = Task { try await ssh.exec("sleep 8") }
+            // Measure only once the command runs and its start-up packets are long gone.
+            let deadline = Date(timeIntervalSinceNow: 30)
+            while sshd.logText.components(separatedBy: "Starting session: command").count == started && Date() < deadline {
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+            try await Task.sleep(nanoseconds: 1_500_000_000)
             let before = try edge.stats(host: testHost).binaryFramesIn
             try await Task.sleep(nanoseconds: 4_000_000_000)
             let after = try edge.stats(host: testHost).binaryFramesIn
