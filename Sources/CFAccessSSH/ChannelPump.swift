@@ -112,6 +112,7 @@ extension SSHSession {
     /// every `options.keepaliveInterval`. Frees the channel. Runs on the session's thread.
     func pump(channel: OpaquePointer, input: Int32?, sink: OutputSink, control: ChannelControl) -> SSHChannelEnd {
         defer { _ = libssh2_channel_free(channel) }
+        box.lastInbound = Date()
         var toSend: [UInt8] = []
         var inputEnded = false
         var eofSent = false
@@ -200,6 +201,16 @@ extension SSHSession {
             if options.keepaliveInterval > 0 {
                 let rc = libssh2_keepalive_send(raw, &nextKeepalive)
                 if rc < 0 && rc != LIBSSH2_ERROR_EAGAIN { return .lost(failure(rc, "sending a keepalive")) }
+                // Keepalives ask for a reply: three intervals without a byte from the server
+                // means the connection is dead even if no socket error says so.
+                // (libssh2 turns an interval of 1 s into 2 s.)
+                let period = max(2, options.keepaliveInterval)
+                let silent = Date().timeIntervalSince(box.lastInbound)
+                if silent > Double(3 * period) + 1 {
+                    return .lost(SSHFailure(.connectionLost,
+                                            "Connection lost: no answer to keepalives for \(Int(silent)) s"))
+                }
+                if nextKeepalive <= 0 { nextKeepalive = 1 }
             }
 
             // Wait for the socket, the input or a posted command.

@@ -48,7 +48,7 @@ public final class SSHSession: @unchecked Sendable {
     let options: Options
     private let thread: SessionThread
     private let stream: TunnelStream?
-    private let keyboard = KeyboardInteractiveBox()
+    let box = SessionBox()
     private var freed = false
     private var handshakeDone = false
     /// The server's host key, once ``handshake()`` returned.
@@ -81,7 +81,9 @@ public final class SSHSession: @unchecked Sendable {
         self.options = options
         self.stream = stream
         self.thread = SessionThread(name: "ssh session \(fileDescriptor)")
-        libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(keyboard).toOpaque()
+        libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(box).toOpaque()
+        // Our own recv, to know when the server last sent anything (keepalive answers included).
+        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_RECV, unsafeBitCast(receiveCallback, to: UnsafeMutableRawPointer.self))
     }
 
     deinit {
@@ -322,8 +324,8 @@ public final class SSHSession: @unchecked Sendable {
         user: String, respond: @escaping @Sendable (SSHKeyboardPrompt) -> [String]
     ) async throws(SSHFailure) {
         try await onThread { session throws(SSHFailure) in
-            session.keyboard.respond = respond
-            defer { session.keyboard.respond = nil }
+            session.box.respond = respond
+            defer { session.box.respond = nil }
             let rc = try session.retry("authenticating", until: session.deadline()) {
                 libssh2_userauth_keyboard_interactive_ex(session.raw, user, UInt32(user.utf8.count), keyboardCallback)
             }
@@ -425,10 +427,25 @@ struct ChannelHandle: @unchecked Sendable {
     let raw: OpaquePointer
 }
 
-/// Holds the keyboard-interactive responder while such an authentication runs; libssh2's
-/// callback finds it through the session's abstract pointer.
-final class KeyboardInteractiveBox: @unchecked Sendable {
+/// What libssh2's callbacks need, found through the session's abstract pointer: the
+/// keyboard-interactive responder while such an authentication runs, and when the server last
+/// sent a byte. Used on the session's thread only.
+final class SessionBox: @unchecked Sendable {
     var respond: (@Sendable (SSHKeyboardPrompt) -> [String])?
+    var lastInbound = Date()
+}
+
+/// libssh2's socket read: `recv`, noting the time of every byte that arrives. Errors go back as
+/// `-errno`, as libssh2's own function returns them.
+private let receiveCallback: @convention(c) (
+    Int32, UnsafeMutableRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> Int = { socket, buffer, length, flags, abstract in
+    let n = recv(socket, buffer, length, flags)
+    if n < 0 { return -Int(errno) }
+    if n > 0, let pointer = abstract?.pointee {
+        Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue().lastInbound = Date()
+    }
+    return n
 }
 
 /// libssh2's keyboard-interactive callback: asks the session's responder and hands libssh2
@@ -439,7 +456,7 @@ private let keyboardCallback: @convention(c) (
     UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> Void = { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
     guard let abstract, let pointer = abstract.pointee, let responses else { return }
-    let box = Unmanaged<KeyboardInteractiveBox>.fromOpaque(pointer).takeUnretainedValue()
+    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
     func text(_ p: UnsafePointer<CChar>?, _ n: Int) -> String {
         guard let p, n > 0 else { return "" }
         return String(decoding: UnsafeRawBufferPointer(start: p, count: n), as: UTF8.self)

@@ -52,6 +52,10 @@ struct ShellCommand: AsyncParsableCommand {
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
     var tmux: String?
 
+    @Option(name: .customLong("server-alive-interval"),
+            help: "Seconds between SSH keepalives; three unanswered mean the connection is lost (default 30, 0 = off).")
+    var serverAliveInterval: Int = 30
+
     @Flag(name: .customLong("no-reconnect"), help: "Do not reconnect an interactive session after the connection is lost.")
     var noReconnect = false
 
@@ -74,6 +78,9 @@ struct ShellCommand: AsyncParsableCommand {
             target = try ShellTarget(destination: destination, login: loginName, port: port, environment: environment)
             guard (1...600).contains(timeout) else {
                 throw ConfigurationError("--timeout must be between 1 and 600 seconds")
+            }
+            guard (0...3600).contains(serverAliveInterval) else {
+                throw ConfigurationError("--server-alive-interval must be between 0 (off) and 3600 seconds")
             }
             guard tmux == nil || command.isEmpty else {
                 throw ConfigurationError("--tmux starts a session of its own: give either --tmux or a command")
@@ -103,7 +110,7 @@ struct ShellCommand: AsyncParsableCommand {
             identities: identity, acceptNew: acceptNew,
             knownHosts: KnownHosts(path: knownHostsFile ?? KnownHosts.defaultPath(environment: environment)),
             timeout: Double(timeout), command: command.isEmpty ? nil : command.joined(separator: " "),
-            tmux: tmux, reconnect: !noReconnect)
+            tmux: tmux, reconnect: !noReconnect, keepaliveInterval: serverAliveInterval)
         let status = await runner.run()
         throw ExitCode(status)
     }
@@ -180,6 +187,7 @@ final class ShellRunner: @unchecked Sendable {
     let command: String?
     let tmux: String?
     let reconnect: Bool
+    let keepaliveInterval: Int
     let prompter = TerminalPrompter()
     private var remembered: RememberedCredential?
     private lazy var keyring: Result<SecretServiceStore, SecretServiceStore.Unavailable> = {
@@ -188,7 +196,8 @@ final class ShellRunner: @unchecked Sendable {
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, environment: [String: String],
          identities: [String], acceptNew: Bool, knownHosts: KnownHosts, timeout: Double, command: String?,
-         tmux: String?, reconnect: Bool) {
+         tmux: String?, reconnect: Bool, keepaliveInterval: Int) {
+        self.keepaliveInterval = keepaliveInterval
         self.target = target
         self.settings = settings
         self.logger = logger
@@ -256,7 +265,7 @@ final class ShellRunner: @unchecked Sendable {
         }
         let session: SSHSession
         do {
-            session = try SSHSession(stream: stream, options: SSHSession.Options(timeout: timeout, keepaliveInterval: 30))
+            session = try SSHSession(stream: stream, options: SSHSession.Options(timeout: timeout, keepaliveInterval: keepaliveInterval))
             let key = try await session.handshake()
             try verify(key)
             try await authenticate(session)

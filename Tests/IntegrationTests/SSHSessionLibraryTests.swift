@@ -131,7 +131,7 @@ struct SSHSessionLibraryTests {
         #expect(result.stdout == "example-ssh\n")
     }
 
-    @Test("SSH keepalives go out while a channel is idle (interval 1 s here), and none with the interval 0")
+    @Test("SSH keepalives go out while a channel is idle (interval 1 s here, 2 s for libssh2), and none with the interval 0")
     func keepalives() async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
@@ -141,7 +141,7 @@ struct SSHSessionLibraryTests {
             _ = try await ssh.handshake()
             try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
             let started = sshd.logText.components(separatedBy: "Starting session: command").count
-            let quiet = Task { try await ssh.exec("sleep 8") }
+            let quiet = Task { try await ssh.exec("sleep 10") }
             // Measure only once the command runs and its start-up packets are long gone.
             let deadline = Date(timeIntervalSinceNow: 30)
             while sshd.logText.components(separatedBy: "Starting session: command").count == started && Date() < deadline {
@@ -149,10 +149,10 @@ struct SSHSessionLibraryTests {
             }
             try await Task.sleep(nanoseconds: 1_500_000_000)
             let before = try edge.stats(host: testHost).binaryFramesIn
-            try await Task.sleep(nanoseconds: 4_000_000_000)
+            try await Task.sleep(nanoseconds: 6_000_000_000)
             let after = try edge.stats(host: testHost).binaryFramesIn
             if interval > 0 {
-                #expect(after - before >= 2, "no keepalive went out in 4 idle seconds")
+                #expect(after - before >= 2, "no keepalives went out in 6 idle seconds")
             } else {
                 #expect(after == before, "something went out on an idle channel without keepalives")
             }
@@ -160,5 +160,36 @@ struct SSHSessionLibraryTests {
             await ssh.disconnect()
             await tunnel.disconnect()
         }
+    }
+
+    @Test("a connection that goes silent (the edge frozen with SIGSTOP, no socket error) is found dead by unanswered keepalives")
+    func silentConnectionIsLost() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: 1))
+        _ = try await ssh.handshake()
+        try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+        let started = Date()
+        let quiet = Task { () -> SSHChannelEnd in
+            do { return try await ssh.exec("sleep 60").end } catch let failure as SSHFailure { return .lost(failure) } catch { return .closed }
+        }
+        try await Task.sleep(nanoseconds: 3_000_000_000)
+        kill(edge.process.pid, SIGSTOP)
+        let stopped = Date()
+        defer { kill(edge.process.pid, SIGCONT) }
+        let end = await quiet.value
+        guard case .lost(let failure) = end else {
+            Issue.record("the silent connection was not found dead: \(end)")
+            return
+        }
+        #expect(failure.kind == .connectionLost)
+        #expect(failure.message.hasPrefix("Connection lost: no answer to keepalives"), "\(failure.message)")
+        // Keepalives every 2 s (libssh2's least): dead after 7 s without a byte, not much later.
+        #expect(Date().timeIntervalSince(stopped) >= 3, "found dead before the keepalives could go unanswered")
+        #expect(Date().timeIntervalSince(started) < 40, "the dead connection took too long to notice")
+        kill(edge.process.pid, SIGCONT)
+        await ssh.disconnect()
+        await tunnel.disconnect()
     }
 }

@@ -253,4 +253,34 @@ struct ShellTerminalTests {
         #expect(!screen.contains(sshd.password))
         #expect(pam.logText.contains("Accepted keyboard-interactive/pam for \(sshd.passwordUser)"))
     }
+
+    @Test("a silent connection (edge frozen, no socket error) is noticed by SSH keepalives, then the tool reconnects")
+    func silentConnectionReconnects() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let status = world.home.appendingPathComponent("status.log")
+        let command = try world.toolCommandLine(world.arguments(
+            user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path, "--server-alive-interval", "2"]))
+        let terminal = try TmuxTerminal(command: command + " 2>" + shellQuote(status.path))
+        try terminal.waitFor("\(world.sshd.keyUser)@")
+        kill(world.edge.process.pid, SIGSTOP)
+        defer { kill(world.edge.process.pid, SIGCONT) }
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while !((try? String(contentsOf: status, encoding: .utf8))?.contains("Connection lost — reconnecting (1/3)…") ?? false) {
+            guard Date() < deadline else { throw FixtureError("no reconnect after the edge froze: \((try? String(contentsOf: status, encoding: .utf8)) ?? "")") }
+            usleep(200_000)
+        }
+        kill(world.edge.process.pid, SIGCONT)
+        while !((try? String(contentsOf: status, encoding: .utf8))?.contains("Reconnected.") ?? false) {
+            guard Date() < deadline.addingTimeInterval(60) else {
+                throw FixtureError("no reconnect after the edge thawed: \((try? String(contentsOf: status, encoding: .utf8)) ?? "")")
+            }
+            usleep(200_000)
+        }
+        try terminal.type("echo back-$((6*7))")
+        try terminal.waitFor("back-42")
+        try terminal.type("exit")
+        #expect(try terminal.exitStatus() == 0)
+        #expect(try terminal.screen().contains("TTY-RESTORED"))
+    }
 }
