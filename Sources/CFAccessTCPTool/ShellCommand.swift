@@ -91,6 +91,9 @@ struct ShellCommand: AsyncParsableCommand {
             for key in identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
             }
+            if let hostname = flags.hostname, hostname.lowercased() != target.host {
+                throw ConfigurationError("--hostname \(hostname) differs from the destination's host \(target.host): give the host once, as [user@]host")
+            }
             var tunnelFlags = flags
             tunnelFlags.hostname = target.host
             tunnelFlags.connectTimeout = timeout

@@ -140,6 +140,28 @@ struct ShellModeTests {
         #expect(usage.status == 64)
         #expect(usage.stderr.contains("--timeout must be between 1 and 600 seconds"))
     }
+
+    @Test("usage errors: one line each, exit 64, before any connection")
+    func usageErrors() throws {
+        let world = try ShellWorld()
+        let cases: [([String], String)] = [
+            (["shell", "me@\(testHost)", "--url", "127.0.0.1:0", "--", "true"], "--url cannot be used with shell"),
+            (["shell", "me@\(testHost)", "--hostname", "other.cfat.test", "--", "true"], "differs from the destination's host"),
+            (["shell", "me@\(testHost)", "--tmux", "main", "--", "true"], "give either --tmux or a command"),
+            (["shell", "me@\(testHost)", "--tmux", "a;b"], "--tmux NAME may only use"),
+            (["shell", "me@\(testHost)", "-i", "/nonexistent/key", "--", "true"], "-i /nonexistent/key: no such readable key file"),
+            (["shell", "me@\(testHost)", "-p", "0", "--", "true"], "-p must be a port"),
+            (["shell", "@\(testHost)", "--", "true"], "no user to log in as"),
+            (["shell", "me@\(testHost)"], "an interactive shell needs a terminal"),
+        ]
+        for (arguments, message) in cases {
+            let result = try world.runTool(arguments)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+            #expect(!result.stderr.contains("Connecting"), "\(arguments) connected before refusing")
+        }
+        try world.edge.waitForStats(host: testHost) { $0.upgradesAccepted == 0 }
+    }
 }
 
 /// `SHA256:…` of a `type base64` public key line, as ssh-keygen prints it.
