@@ -29,7 +29,6 @@ final class TerminalPrompter: @unchecked Sendable {
     /// at end of input.
     func readLine(prompt: String, echo: Bool) -> String? {
         guard let fd else { return nil }
-        say(prompt)
         var original = termios()
         let isTerminal = tcgetattr(fd, &original) == 0
         if !echo && isTerminal {
@@ -39,6 +38,8 @@ final class TerminalPrompter: @unchecked Sendable {
             quiet.c_lflag |= tcflag_t(ICANON)
             _ = tcsetattr(fd, TCSAFLUSH, &quiet)
         }
+        // The prompt only once echo is off: what is typed after it is never shown or dropped.
+        say(prompt)
         defer {
             if !echo && isTerminal {
                 _ = tcsetattr(fd, TCSAFLUSH, &original)
