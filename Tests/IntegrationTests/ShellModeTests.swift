@@ -23,6 +23,17 @@ struct ShellModeTests {
         try world.edge.waitForStats(host: testHost) { $0.activeTunnels == 0 && $0.upgradesAccepted == 1 }
     }
 
+    @Test("exec: a remote command killed by a signal gives 128 + its number, and a line saying so")
+    func execKilledBySignal() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let result = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path],
+                                                       command: ["printf before; kill -TERM $$"]))
+        #expect(result.status == 143, "\(result.stderr)")
+        #expect(result.stdout == "before")
+        #expect(result.stderr.contains("the remote command was killed by signal TERM"))
+    }
+
     @Test("exec: stdin piped to the tool reaches the remote command (wc -c)")
     func execForwardsStdin() throws {
         let world = try ShellWorld()
