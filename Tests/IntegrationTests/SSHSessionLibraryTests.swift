@@ -172,7 +172,7 @@ struct SSHSessionLibraryTests {
         try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
         let started = Date()
         let quiet = Task { () -> SSHChannelEnd in
-            do { return try await ssh.exec("sleep 60").end } catch let failure as SSHFailure { return .lost(failure) } catch { return .closed }
+            do { return try await ssh.exec("sleep 25").end } catch let failure as SSHFailure { return .lost(failure) } catch { return .closed }
         }
         try await Task.sleep(nanoseconds: 3_000_000_000)
         kill(edge.process.pid, SIGSTOP)
