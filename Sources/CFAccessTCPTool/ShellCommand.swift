@@ -40,6 +40,9 @@ struct ShellCommand: AsyncParsableCommand {
     @Option(name: .customShort("i"), help: "A private key file to try first (repeatable).")
     var identity: [String] = []
 
+    @Flag(name: .customShort("t"), help: "Run the command on a pseudo-terminal, like ssh -t (for full-screen programs); needs a terminal.")
+    var forceTerminal = false
+
     @Flag(name: .customLong("accept-new"), help: "Add an unknown host key to known_hosts without asking (a changed key is still refused).")
     var acceptNew = false
 
@@ -113,7 +116,7 @@ struct ShellCommand: AsyncParsableCommand {
             identities: identity, acceptNew: acceptNew,
             knownHosts: KnownHosts(path: knownHostsFile ?? KnownHosts.defaultPath(environment: environment)),
             timeout: Double(timeout), command: command.isEmpty ? nil : command.joined(separator: " "),
-            tmux: tmux, reconnect: !noReconnect, keepaliveInterval: serverAliveInterval)
+            tmux: tmux, reconnect: !noReconnect, keepaliveInterval: serverAliveInterval, terminalCommand: forceTerminal)
         let status = await runner.run()
         throw ExitCode(status)
     }
@@ -191,6 +194,8 @@ final class ShellRunner: @unchecked Sendable {
     let tmux: String?
     let reconnect: Bool
     let keepaliveInterval: Int
+    /// `-t`: the command runs on a PTY, like the shell (but is never run again by a reconnect).
+    let terminalCommand: Bool
     let prompter = TerminalPrompter()
     private var remembered: RememberedCredential?
     private lazy var keyring: Result<SecretServiceStore, SecretServiceStore.Unavailable> = {
@@ -199,8 +204,9 @@ final class ShellRunner: @unchecked Sendable {
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, environment: [String: String],
          identities: [String], acceptNew: Bool, knownHosts: KnownHosts, timeout: Double, command: String?,
-         tmux: String?, reconnect: Bool, keepaliveInterval: Int) {
+         tmux: String?, reconnect: Bool, keepaliveInterval: Int, terminalCommand: Bool) {
         self.keepaliveInterval = keepaliveInterval
+        self.terminalCommand = terminalCommand
         self.target = target
         self.settings = settings
         self.logger = logger
@@ -234,7 +240,7 @@ final class ShellRunner: @unchecked Sendable {
             return source
         }
         defer { stops.forEach { $0.cancel() } }
-        let interactive = command == nil
+        let interactive = command == nil || terminalCommand
         if interactive && isatty(0) == 0 {
             say("cf-access-tcp: an interactive shell needs a terminal on stdin: give a command after --, e.g. shell \(target.user)@\(target.host) -- uptime")
             return ExitStatus.usage.rawValue
@@ -246,7 +252,7 @@ final class ShellRunner: @unchecked Sendable {
             say("cf-access-tcp: \(error.message)")
             return error.status.rawValue
         }
-        if let command {
+        if let command, !terminalCommand {
             return await runCommand(command, tunnel: connection.0, session: connection.1)
         }
         return await runInteractive(tunnel: connection.0, session: connection.1)
@@ -522,7 +528,9 @@ final class ShellRunner: @unchecked Sendable {
         var tunnel = tunnel
         var session = session
         let term = environment["TERM"].flatMap { $0.isEmpty ? nil : $0 } ?? "xterm"
-        let remoteCommand = tmux.map { "tmux new-session -A -s \($0)" }
+        let remoteCommand = command ?? tmux.map { "tmux new-session -A -s \($0)" }
+        // A command is not run twice: only a shell (or tmux) is reconnected.
+        let reconnect = self.reconnect && command == nil
         guard let raw = RawTerminal(fd: 0) else {
             say("cf-access-tcp: stdin is not a terminal")
             return ExitStatus.usage.rawValue

@@ -284,4 +284,18 @@ struct ShellTerminalTests {
         #expect(try terminal.exitStatus() == 0)
         #expect(try terminal.screen().contains("TTY-RESTORED"))
     }
+
+    @Test("-t runs a command on a pseudo-terminal: it sees the window size, its status is the tool's")
+    func commandOnTerminal() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let terminal = try TmuxTerminal(command: try world.toolCommandLine(
+            world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path, "-t"],
+                            command: ["stty size; tty; exit 5"])), columns: 91, rows: 27)
+        #expect(try terminal.exitStatus() == 5)
+        let screen = try terminal.screen()
+        #expect(screen.contains("27 91"))
+        #expect(screen.contains("/dev/pts/"))
+        #expect(screen.contains("TTY-RESTORED"))
+    }
 }
