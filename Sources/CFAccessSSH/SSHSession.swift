@@ -403,6 +403,22 @@ public final class SSHSession: @unchecked Sendable {
 
     // MARK: Ending
 
+    /// Shuts our writing side down and reads (discarding) until the peer closes or `deadline`.
+    func drainAfterShutdown(until deadline: Date) {
+        _ = shutdown(fd, Int32(SHUT_WR))
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 { return }
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, Int32(left * 1000))
+            if ready < 0 && errno == EINTR { continue }
+            if ready <= 0 { return }
+            let n = recv(fd, &scratch, scratch.count, 0)
+            if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) { return }
+        }
+    }
+
     /// Sends SSH_MSG_DISCONNECT with `description` (bounded at 2 s), frees the session and
     /// closes the stream it owns. Idempotent.
     public func disconnect(description: String = "closed by the user") async {
@@ -416,7 +432,12 @@ public final class SSHSession: @unchecked Sendable {
                 }
             }
             _ = libssh2_session_free(session.raw)
-            session.stream?.close()
+            if let stream = session.stream {
+                // Let the tunnel take the last bytes (the disconnect message) before closing:
+                // end our writing, then wait (bounded) until the other end closes too.
+                session.drainAfterShutdown(until: Date(timeIntervalSinceNow: 2))
+                stream.close()
+            }
         }
         thread.stop()
     }
