@@ -298,4 +298,41 @@ struct ShellTerminalTests {
         #expect(screen.contains("/dev/pts/"))
         #expect(screen.contains("TTY-RESTORED"))
     }
+
+    @Test("reconnect after the edge resets every tunnel (drop-tunnels: no Close frame): --tmux brings the session back")
+    func reconnectAfterDroppedTunnels() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let sshd = world.sshd
+        let name = "cfatd\(getpid())\(Int.random(in: 1000...9999))"
+        defer {
+            _ = try? world.runTool(world.arguments(user: sshd.keyUser, extra: ["-i", sshd.clientKeyPath.path],
+                                                   command: ["tmux kill-session -t \(name) 2>/dev/null; true"]))
+        }
+        let status = world.home.appendingPathComponent("status.log")
+        let command = try world.toolCommandLine(
+            world.arguments(user: sshd.keyUser, extra: ["-i", sshd.clientKeyPath.path, "--tmux", name]))
+        let terminal = try TmuxTerminal(command: command + " 2>" + shellQuote(status.path))
+        func waitForStatus(_ text: String) throws {
+            let deadline = Date(timeIntervalSinceNow: 90)
+            while !((try? String(contentsOf: status, encoding: .utf8))?.contains(text) ?? false) {
+                guard Date() < deadline else {
+                    throw FixtureError("\"\(text)\" not in the tool's stderr: \((try? String(contentsOf: status, encoding: .utf8)) ?? "")")
+                }
+                usleep(200_000)
+            }
+        }
+        try terminal.waitFor("\(sshd.keyUser)@")
+        try terminal.type("DROPMARK=kept-\(name); echo \"set-$DROPMARK\"")
+        try terminal.waitFor("set-kept-\(name)")
+        let dropped = try world.edge.admin("drop-tunnels")
+        #expect(!dropped.isEmpty)
+        try waitForStatus("Connection lost — reconnecting (1/3)…")
+        try waitForStatus("Reconnected.")
+        try terminal.type("echo \"after-$DROPMARK\"")
+        try terminal.waitFor("after-kept-\(name)")
+        try terminal.type("exit")
+        #expect(try terminal.exitStatus() == 0)
+        #expect(try terminal.screen().contains("TTY-RESTORED"))
+    }
 }
