@@ -22,9 +22,11 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .library(name: "CFAccessTCP", targets: ["CFAccessTCP"]),
+        .library(name: "CFAccessSSH", targets: ["CFAccessSSH"]),
         .executable(name: "cf-access-tcp", targets: ["CFAccessTCPTool"]),
         .executable(name: "cf-access-edge", targets: ["AccessEdge"]),
         .executable(name: "cf-access-tcp-example", targets: ["TunnelExample"]),
+        .executable(name: "cf-access-ssh-example", targets: ["SSHExample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -49,7 +51,7 @@ let package = Package(
                        providers: [.apt(["libqrencode-dev"])]),
         // The one thin shim: static inline forwarders for what Swift cannot import.
         .target(name: "CCFShim",
-                dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2"],
+                dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium"],
                 cSettings: [.unsafeFlags(["-Wall", "-Werror"])]),
 
         // MARK: Swift
@@ -59,7 +61,7 @@ let package = Package(
         .target(name: "AccessTransport",
                 dependencies: [
                     "AccessCore", "CCFShim",
-                    "CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFSSH2", "CCFQREncode",
+                    "CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFQREncode",
                     .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: strictSwift),
@@ -68,15 +70,24 @@ let package = Package(
                 dependencies: ["AccessCore", "AccessTransport",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
+        // The embedded SSH client (issue 10): libssh2 over a tunnel stream, known_hosts, the
+        // Secret Service. A library of its own, so the tunnel library needs no libssh2.
+        .target(name: "CFAccessSSH",
+                dependencies: ["CFAccessTCP", "AccessCore", "CCFSSH2",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: strictSwift),
         // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
         .executableTarget(name: "CFAccessTCPTool",
-                          dependencies: ["CFAccessTCP", "AccessCore",
+                          dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log")],
                           swiftSettings: strictSwift,
                           linkerSettings: staticSwiftRuntime),
         // A runnable example of the library API.
         .executableTarget(name: "TunnelExample", dependencies: ["CFAccessTCP"], path: "Examples/TunnelExample",
+                          swiftSettings: strictSwift),
+        // A runnable example of the embedded SSH API.
+        .executableTarget(name: "SSHExample", dependencies: ["CFAccessSSH", "CFAccessTCP"], path: "Examples/SSHExample",
                           swiftSettings: strictSwift),
         // The local Access edge emulator: SwiftNIO WebSockets (deliberately not libwebsockets).
         .executableTarget(name: "AccessEdge",
@@ -110,7 +121,7 @@ let package = Package(
                                    .product(name: "NIOWebSocket", package: "swift-nio")],
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
-                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2", "CCFShim", "AccessTestSupport",
+                    dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "CCFSSH2", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
     ]

@@ -23,7 +23,7 @@ struct RootCommand: AsyncParsableCommand {
         """,
         version: Version.string,
         subcommands: [TCPCommand.self, AccessCommand.self, LoginCommand.self, TokenCommand.self,
-                      LogoutCommand.self, SSHConfigCommand.self],
+                      LogoutCommand.self, SSHConfigCommand.self, ShellCommand.self],
         defaultSubcommand: TCPCommand.self
     )
 }

@@ -2,7 +2,6 @@ import AccessCore
 import AccessTestSupport
 import AccessTransport
 import CCFSSH2
-import CCFShim
 import CFAccessTCP
 import Foundation
 import Logging
@@ -80,7 +79,7 @@ struct LibraryIntegrationTests {
         #expect(listeningSocketsOfThisProcess() == listeningBefore, "openStream must not listen on any port")
 
         #expect(libssh2_init(0) == 0)
-        let session = try #require(CCFShim_libssh2_session_init())
+        let session = try #require(CCFSSH2_session_init())
         defer { libssh2_session_free(session) }
         libssh2_session_set_blocking(session, 1)
         #expect(libssh2_session_handshake(session, stream.fileDescriptor) == 0)

@@ -7,7 +7,6 @@
 
 #include <libwebsockets.h>
 #include <curl/curl.h>
-#include <libssh2.h>
 #include <openssl/evp.h>
 #include <sys/socket.h>
 // Swift's Glibc module leaves out <sys/epoll.h>; the carrier's data path needs it (no forwarders).
@@ -41,9 +40,5 @@ static inline CURLcode CCFShim_curl_getinfo_str(void *fn, CURL *h, CURLINFO i, c
 
 // EVP_PKEY_PUBLIC_KEY is an expression macro (an OR of selection bits) Swift cannot import.
 static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }
-
-// libssh2's convenience names are function-like macros over the *_ex functions.
-static inline LIBSSH2_SESSION *CCFShim_libssh2_session_init(void) { return libssh2_session_init(); }
-static inline LIBSSH2_CHANNEL *CCFShim_libssh2_channel_open_session(LIBSSH2_SESSION *s) { return libssh2_channel_open_session(s); }
 
 #endif

@@ -1,0 +1,499 @@
+import AccessCore
+import CFAccessTCP
+import Foundation
+internal import CCFSSH2
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// libssh2's one-time global initialisation (crypto back end), done on first use.
+private let libssh2Initialised: Int32 = libssh2_init(0)
+
+/// An SSH client session (libssh2) over a connected socket, typically a tunnel from
+/// ``AccessTunnel/openStream(hostname:method:)``: handshake, host key, authentication, commands
+/// and interactive shells. No TCP port is involved.
+///
+/// ```swift
+/// let stream = try await tunnel.openStream(hostname: "ssh.example.com", method: method)
+/// let ssh = try SSHSession(stream: stream)
+/// let hostKey = try await ssh.handshake()            // check hostKey.fingerprint against known_hosts
+/// try await ssh.authenticate(user: "me", privateKeyFile: "/home/me/.ssh/id_ed25519")
+/// let result = try await ssh.exec("uname -a")
+/// print(String(decoding: result.standardOutput, as: UTF8.self), result.exitStatus ?? -1)
+/// await ssh.disconnect()
+/// ```
+///
+/// libssh2 runs non-blocking on one thread of the session's own: every method hops to it, so
+/// the session may be used from any task; calls run one after another in order. A blocked
+/// call waits in `poll(2)` in the directions libssh2 asks for
+/// (`libssh2_session_block_directions`), bounded by ``Options/timeout`` while connecting and
+/// authenticating.
+public final class SSHSession: @unchecked Sendable {
+    /// Session settings.
+    public struct Options: Sendable {
+        /// Seconds the handshake and each authentication or channel request may take.
+        public var timeout: Double
+        /// Seconds between SSH keepalive requests while a channel runs (0 = none).
+        public var keepaliveInterval: Int
+
+        /// 15 s timeout, keepalive every 30 s.
+        public init(timeout: Double = 15, keepaliveInterval: Int = 30) {
+            self.timeout = timeout
+            self.keepaliveInterval = keepaliveInterval
+        }
+    }
+
+    let fd: Int32
+    let raw: OpaquePointer
+    let options: Options
+    private let thread: SessionThread
+    private let stream: TunnelStream?
+    let box = SessionBox()
+    private var freed = false
+    private var handshakeDone = false
+    /// The server's host key, once ``handshake()`` returned.
+    public private(set) var hostKey: SSHHostKey?
+
+    /// Creates a session on `fileDescriptor`, a connected stream socket (libssh2 calls
+    /// send/recv on it) the caller keeps owning. The descriptor is made non-blocking.
+    public convenience init(fileDescriptor: Int32, options: Options = Options()) throws(SSHFailure) {
+        try self.init(fileDescriptor: fileDescriptor, options: options, owning: nil)
+    }
+
+    /// Creates a session on a tunnel stream; the session owns the stream and closes it in
+    /// ``disconnect(description:)``.
+    public convenience init(stream: TunnelStream, options: Options = Options()) throws(SSHFailure) {
+        try self.init(fileDescriptor: stream.fileDescriptor, options: options, owning: stream)
+    }
+
+    private init(fileDescriptor: Int32, options: Options, owning stream: TunnelStream?) throws(SSHFailure) {
+        guard libssh2Initialised == 0 else {
+            throw SSHFailure(.protocolError, "libssh2 could not be initialised (libssh2_init returned \(libssh2Initialised))")
+        }
+        guard let session = CCFSSH2_session_init() else {
+            throw SSHFailure(.localIO, "libssh2 could not create a session (out of memory)")
+        }
+        let flags = fcntl(fileDescriptor, F_GETFL)
+        _ = fcntl(fileDescriptor, F_SETFL, flags | O_NONBLOCK)
+        libssh2_session_set_blocking(session, 0)
+        self.fd = fileDescriptor
+        self.raw = session
+        self.options = options
+        self.stream = stream
+        self.thread = SessionThread(name: "ssh session \(fileDescriptor)")
+        libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(box).toOpaque()
+        // Our own recv, to know when the server last sent anything (keepalive answers included).
+        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_RECV, unsafeBitCast(receiveCallback, to: UnsafeMutableRawPointer.self))
+    }
+
+    deinit {
+        if !freed {
+            let raw = self.raw
+            let stream = self.stream
+            // Free on the session's thread, after anything still queued there.
+            if !thread.submit({
+                _ = libssh2_session_free(raw)
+                stream?.close()
+            }) {
+                _ = libssh2_session_free(raw)
+                stream?.close()
+            }
+        }
+        thread.stop()
+    }
+
+    // MARK: Running on the session's thread
+
+    /// Runs `body` on the session's thread and returns its result.
+    func onThread<T: Sendable>(_ body: @escaping @Sendable (SSHSession) throws(SSHFailure) -> T) async throws(SSHFailure) -> T {
+        let result: Result<T, SSHFailure> = await withCheckedContinuation { continuation in
+            let accepted = thread.submit { [self] in
+                do throws(SSHFailure) {
+                    continuation.resume(returning: .success(try body(self)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            if !accepted {
+                continuation.resume(returning: .failure(SSHFailure(.connectionLost, "the SSH session is closed")))
+            }
+        }
+        return try result.get()
+    }
+
+    /// A deadline `options.timeout` from now.
+    func deadline() -> Date { Date(timeIntervalSinceNow: options.timeout) }
+
+    /// Waits (poll) until the socket is ready in the directions libssh2 is blocked on, or the
+    /// deadline passes (throws `.timedOut`).
+    func waitSocket(until deadline: Date?, what: String) throws(SSHFailure) {
+        let directions = libssh2_session_block_directions(raw)
+        var events: Int16 = 0
+        if directions & LIBSSH2_SESSION_BLOCK_INBOUND != 0 { events |= Int16(POLLIN) }
+        if directions & LIBSSH2_SESSION_BLOCK_OUTBOUND != 0 { events |= Int16(POLLOUT) }
+        if events == 0 { events = Int16(POLLIN) }
+        while true {
+            var milliseconds: Int32 = -1
+            if let deadline {
+                let left = deadline.timeIntervalSinceNow
+                if left <= 0 { throw timedOut(what) }
+                milliseconds = Int32(min(left * 1000, 60_000).rounded(.up))
+            }
+            var entry = pollfd(fd: fd, events: events, revents: 0)
+            let ready = poll(&entry, 1, milliseconds)
+            if ready < 0 && errno == EINTR { continue }
+            if ready == 0 {
+                if let deadline, deadline.timeIntervalSinceNow <= 0 { throw timedOut(what) }
+                continue
+            }
+            return
+        }
+    }
+
+    private func timedOut(_ what: String) -> SSHFailure {
+        let seconds = Int(options.timeout.rounded(.up))
+        return SSHFailure(.timedOut, "Connection timed out. The SSH server did not answer (\(what)) within \(seconds) s")
+    }
+
+    /// Repeats `call` while libssh2 says EAGAIN, waiting for the socket in between.
+    func retry(_ what: String, until deadline: Date?, _ call: () -> Int32) throws(SSHFailure) -> Int32 {
+        while true {
+            let rc = call()
+            if rc != LIBSSH2_ERROR_EAGAIN { return rc }
+            try waitSocket(until: deadline, what: what)
+        }
+    }
+
+    /// Repeats `call` while it returns nil and libssh2's last error is EAGAIN.
+    func retryPointer<P>(_ what: String, until deadline: Date?, _ call: () -> P?) throws(SSHFailure) -> P? {
+        while true {
+            if let value = call() { return value }
+            if libssh2_session_last_errno(raw) != LIBSSH2_ERROR_EAGAIN { return nil }
+            try waitSocket(until: deadline, what: what)
+        }
+    }
+
+    /// libssh2's last error message.
+    func lastErrorText() -> String {
+        var message: UnsafeMutablePointer<CChar>?
+        var length: Int32 = 0
+        _ = libssh2_session_last_error(raw, &message, &length, 0)
+        guard let message else { return "unknown error" }
+        return String(cString: message)
+    }
+
+    /// Turns libssh2's error `code` from doing `what` into a failure.
+    func failure(_ code: Int32, _ what: String) -> SSHFailure {
+        let detail = lastErrorText()
+        switch code {
+        case LIBSSH2_ERROR_SOCKET_NONE, LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_SOCKET_RECV,
+             LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_BANNER_RECV, LIBSSH2_ERROR_BANNER_SEND,
+             LIBSSH2_ERROR_BAD_SOCKET, LIBSSH2_ERROR_SOCKET_TIMEOUT:
+            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)", code: code)
+        case LIBSSH2_ERROR_TIMEOUT:
+            return timedOut(what)
+        case LIBSSH2_ERROR_AUTHENTICATION_FAILED, LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED:
+            return SSHFailure(.authenticationFailed, "Authentication failed", code: code)
+        case LIBSSH2_ERROR_FILE, LIBSSH2_ERROR_KEYFILE_AUTH_FAILED:
+            return SSHFailure(.localIO, "\(what): \(detail)", code: code)
+        default:
+            return SSHFailure(.protocolError, "SSH error while \(what): \(detail) (\(code))", code: code)
+        }
+    }
+
+    // MARK: Handshake
+
+    /// Runs the SSH handshake and returns the server's host key. Check it (see ``KnownHosts``)
+    /// before sending any credential.
+    public func handshake() async throws(SSHFailure) -> SSHHostKey {
+        try await onThread { session throws(SSHFailure) in try session.handshakeOnThread() }
+    }
+
+    private func handshakeOnThread() throws(SSHFailure) -> SSHHostKey {
+        let deadline = self.deadline()
+        let rc = try retry("handshake", until: deadline) { libssh2_session_handshake(raw, fd) }
+        guard rc == 0 else { throw failure(rc, "handshaking") }
+        handshakeDone = true
+        var length = 0
+        var type: Int32 = 0
+        guard let blob = libssh2_session_hostkey(raw, &length, &type), length > 0,
+              let hash = libssh2_hostkey_hash(raw, LIBSSH2_HOSTKEY_HASH_SHA256) else {
+            throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
+        }
+        let bytes = [UInt8](UnsafeRawBufferPointer(start: blob, count: length))
+        let digest = [UInt8](UnsafeRawBufferPointer(start: hash, count: 32))
+        let key = SSHHostKey(blob: bytes, sha256: digest)
+        hostKey = key
+        if options.keepaliveInterval > 0 {
+            libssh2_keepalive_config(raw, 1, UInt32(options.keepaliveInterval))
+        }
+        return key
+    }
+
+    // MARK: Authentication
+
+    /// The authentication methods the server offers `user` (e.g. `publickey`, `password`,
+    /// `keyboard-interactive`). Empty if the server let `user` in without any ("none").
+    public func authenticationMethods(user: String) async throws(SSHFailure) -> [String] {
+        try await onThread { session throws(SSHFailure) in
+            let deadline = session.deadline()
+            let list = try session.retryPointer("listing authentication methods", until: deadline) {
+                libssh2_userauth_list(session.raw, user, UInt32(user.utf8.count))
+            }
+            guard let list else {
+                if libssh2_userauth_authenticated(session.raw) == 1 { return [] }
+                throw session.failure(libssh2_session_last_errno(session.raw), "listing authentication methods")
+            }
+            return String(cString: list).split(separator: ",").map(String.init)
+        }
+    }
+
+    /// Whether authentication has succeeded.
+    public var isAuthenticated: Bool {
+        get async {
+            (try? await onThread { session in libssh2_userauth_authenticated(session.raw) == 1 }) ?? false
+        }
+    }
+
+    /// Password authentication. Throws `.authenticationFailed` for a wrong password.
+    public func authenticate(user: String, password: String) async throws(SSHFailure) {
+        try await onThread { session throws(SSHFailure) in
+            let rc = try session.retry("authenticating", until: session.deadline()) {
+                libssh2_userauth_password_ex(session.raw, user, UInt32(user.utf8.count),
+                                             password, UInt32(password.utf8.count), nil)
+            }
+            guard rc == 0 else { throw session.failure(rc, "authenticating with a password") }
+        }
+    }
+
+    /// Public key authentication with a private key file (OpenSSH or PEM format; the public
+    /// key is derived from it). `passphrase` for an encrypted key. Throws `.authenticationFailed`
+    /// if the server refuses the key, `.localIO` if the file cannot be read or decrypted.
+    public func authenticate(user: String, privateKeyFile: String, passphrase: String? = nil) async throws(SSHFailure) {
+        try await onThread { session throws(SSHFailure) in
+            let rc = try session.retry("authenticating", until: session.deadline()) {
+                libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), nil,
+                                                       privateKeyFile, passphrase)
+            }
+            guard rc == 0 else { throw session.failure(rc, "using the key \(privateKeyFile)") }
+        }
+    }
+
+    /// Authentication with each identity of the ssh-agent at `socketPath` (default:
+    /// `SSH_AUTH_SOCK`), in the agent's order. Throws `.authenticationFailed` if none is
+    /// accepted, `.configuration` without an agent.
+    public func authenticateWithAgent(user: String, socketPath: String? = nil) async throws(SSHFailure) {
+        try await onThread { session throws(SSHFailure) in try session.agentOnThread(user: user, socketPath: socketPath) }
+    }
+
+    private func agentOnThread(user: String, socketPath: String?) throws(SSHFailure) {
+        guard let agent = libssh2_agent_init(raw) else {
+            throw SSHFailure(.localIO, "cannot use the ssh-agent: \(lastErrorText())")
+        }
+        defer { libssh2_agent_free(agent) }
+        if let socketPath { libssh2_agent_set_identity_path(agent, socketPath) }
+        guard libssh2_agent_connect(agent) == 0 else {
+            throw SSHFailure(.configuration, "cannot reach the ssh-agent at SSH_AUTH_SOCK")
+        }
+        defer { _ = libssh2_agent_disconnect(agent) }
+        guard libssh2_agent_list_identities(agent) == 0 else {
+            throw SSHFailure(.localIO, "the ssh-agent did not list its keys: \(lastErrorText())")
+        }
+        var previous: UnsafeMutablePointer<libssh2_agent_publickey>?
+        while true {
+            var identity: UnsafeMutablePointer<libssh2_agent_publickey>?
+            let rc = libssh2_agent_get_identity(agent, &identity, previous)
+            if rc == 1 { break }
+            guard rc == 0, let identity else {
+                throw SSHFailure(.localIO, "the ssh-agent failed: \(lastErrorText())")
+            }
+            let auth = try retry("authenticating", until: deadline()) {
+                libssh2_agent_userauth(agent, user, identity)
+            }
+            if auth == 0 { return }
+            let failure = failure(auth, "authenticating with the ssh-agent")
+            if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+            previous = identity
+        }
+        throw SSHFailure(.authenticationFailed, "Authentication failed")
+    }
+
+    /// Keyboard-interactive authentication: `respond` gets each round of prompts and returns
+    /// one answer per prompt.
+    public func authenticateKeyboardInteractive(
+        user: String, respond: @escaping @Sendable (SSHKeyboardPrompt) -> [String]
+    ) async throws(SSHFailure) {
+        try await onThread { session throws(SSHFailure) in
+            session.box.respond = respond
+            defer { session.box.respond = nil }
+            let rc = try session.retry("authenticating", until: session.deadline()) {
+                libssh2_userauth_keyboard_interactive_ex(session.raw, user, UInt32(user.utf8.count), keyboardCallback)
+            }
+            guard rc == 0 else { throw session.failure(rc, "keyboard-interactive authentication") }
+        }
+    }
+
+    // MARK: Channels
+
+    /// Runs `command` with `input` as its stdin and returns its output and exit status.
+    public func exec(_ command: String, input: Data = Data()) async throws(SSHFailure) -> SSHExecResult {
+        let collector = OutputCollector()
+        let end = try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
+            let channel = try session.openChannel(command: command, terminal: nil)
+            let control = try ChannelControl()
+            if !input.isEmpty { control.post(.write(input)) }
+            control.post(.endOfInput)
+            return session.pump(channel: channel, input: nil, sink: collector.sink, control: control)
+        }
+        if case .lost(let failure) = end { throw failure }
+        return collector.result(end: end)
+    }
+
+    /// Runs `command`, copying `standardInput` (nil: none) to it and its stdout and stderr to
+    /// the given descriptors as they arrive, until it ends.
+    public func exec(_ command: String, standardInput: Int32?, standardOutput: Int32,
+                     standardError: Int32) async throws(SSHFailure) -> SSHChannelEnd {
+        try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
+            let channel = try session.openChannel(command: command, terminal: nil)
+            let control = try ChannelControl()
+            if standardInput == nil { control.post(.endOfInput) }
+            let sink = descriptorSink(output: standardOutput, error: standardError)
+            return session.pump(channel: channel, input: standardInput, sink: sink, control: control)
+        }
+    }
+
+    /// Opens an interactive channel with a pseudo-terminal: the login shell, or `command`
+    /// (e.g. `tmux new-session -A -s main`). Run it with ``SSHInteractiveChannel/run(input:output:)``.
+    public func openShell(terminal: SSHTerminal, command: String? = nil) async throws(SSHFailure) -> SSHInteractiveChannel {
+        let control = try ChannelControl()
+        let channel = try await onThread { session throws(SSHFailure) -> ChannelHandle in
+            ChannelHandle(raw: try session.openChannel(command: command, terminal: terminal))
+        }
+        return SSHInteractiveChannel(session: self, channel: channel, control: control)
+    }
+
+    /// Opens a session channel and starts `command` (exec) or a shell, with a PTY if `terminal`.
+    func openChannel(command: String?, terminal: SSHTerminal?) throws(SSHFailure) -> OpaquePointer {
+        let deadline = self.deadline()
+        let opened = try retryPointer("opening a channel", until: deadline) { CCFSSH2_channel_open_session(raw) }
+        guard let channel = opened else {
+            throw failure(libssh2_session_last_errno(raw), "opening a channel")
+        }
+        do throws(SSHFailure) {
+            if let terminal {
+                let term = terminal.term
+                let rc = try retry("requesting a terminal", until: deadline) {
+                    libssh2_channel_request_pty_ex(channel, term, UInt32(term.utf8.count), nil, 0,
+                                                   Int32(terminal.columns), Int32(terminal.rows), 0, 0)
+                }
+                guard rc == 0 else { throw failure(rc, "requesting a terminal") }
+            }
+            let request = command == nil ? "shell" : "exec"
+            let rc = try retry("starting the \(request)", until: deadline) {
+                libssh2_channel_process_startup(channel, request, UInt32(request.utf8.count),
+                                                command, UInt32(command?.utf8.count ?? 0))
+            }
+            guard rc == 0 else { throw failure(rc, "starting the \(request)") }
+        } catch {
+            _ = libssh2_channel_free(channel)
+            throw error
+        }
+        return channel
+    }
+
+    // MARK: Ending
+
+    /// Shuts our writing side down and reads (discarding) until the peer closes or `deadline`.
+    func drainAfterShutdown(until deadline: Date) {
+        _ = shutdown(fd, Int32(SHUT_WR))
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 { return }
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, Int32(left * 1000))
+            if ready < 0 && errno == EINTR { continue }
+            if ready <= 0 { return }
+            let n = recv(fd, &scratch, scratch.count, 0)
+            if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) { return }
+        }
+    }
+
+    /// Sends SSH_MSG_DISCONNECT with `description` (bounded at 2 s), frees the session and
+    /// closes the stream it owns. Idempotent.
+    public func disconnect(description: String = "closed by the user") async {
+        _ = try? await onThread { session in
+            guard !session.freed else { return }
+            session.freed = true
+            if session.handshakeDone {
+                let deadline = Date(timeIntervalSinceNow: 2)
+                _ = try? session.retry("disconnecting", until: deadline) {
+                    libssh2_session_disconnect_ex(session.raw, SSH_DISCONNECT_BY_APPLICATION, description, "")
+                }
+            }
+            _ = libssh2_session_free(session.raw)
+            if let stream = session.stream {
+                // Let the tunnel take the last bytes (the disconnect message) before closing:
+                // end our writing, then wait (bounded) until the other end closes too.
+                session.drainAfterShutdown(until: Date(timeIntervalSinceNow: 2))
+                stream.close()
+            }
+        }
+        thread.stop()
+    }
+}
+
+/// A channel pointer that may cross to the session's thread and back.
+struct ChannelHandle: @unchecked Sendable {
+    let raw: OpaquePointer
+}
+
+/// What libssh2's callbacks need, found through the session's abstract pointer: the
+/// keyboard-interactive responder while such an authentication runs, and when the server last
+/// sent a byte. Used on the session's thread only.
+final class SessionBox: @unchecked Sendable {
+    var respond: (@Sendable (SSHKeyboardPrompt) -> [String])?
+    var lastInbound = Date()
+}
+
+/// libssh2's socket read: `recv`, noting the time of every byte that arrives. Errors go back as
+/// `-errno`, as libssh2's own function returns them.
+private let receiveCallback: @convention(c) (
+    Int32, UnsafeMutableRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> Int = { socket, buffer, length, flags, abstract in
+    let n = recv(socket, buffer, length, flags)
+    if n < 0 { return -Int(errno) }
+    if n > 0, let pointer = abstract?.pointee {
+        Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue().lastInbound = Date()
+    }
+    return n
+}
+
+/// libssh2's keyboard-interactive callback: asks the session's responder and hands libssh2
+/// malloc'd answers (libssh2 frees them).
+private let keyboardCallback: @convention(c) (
+    UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, Int32, Int32,
+    UnsafePointer<LIBSSH2_USERAUTH_KBDINT_PROMPT>?, UnsafeMutablePointer<LIBSSH2_USERAUTH_KBDINT_RESPONSE>?,
+    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> Void = { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
+    guard let abstract, let pointer = abstract.pointee, let responses else { return }
+    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
+    func text(_ p: UnsafePointer<CChar>?, _ n: Int) -> String {
+        guard let p, n > 0 else { return "" }
+        return String(decoding: UnsafeRawBufferPointer(start: p, count: n), as: UTF8.self)
+    }
+    var list: [SSHKeyboardPrompt.Question] = []
+    for index in 0..<Int(max(0, count)) {
+        guard let prompt = prompts?[index] else { continue }
+        let words = prompt.text.map { text($0, Int(prompt.length)) } ?? ""
+        list.append(SSHKeyboardPrompt.Question(text: words, echo: prompt.echo != 0))
+    }
+    let round = SSHKeyboardPrompt(name: text(name, Int(nameLength)), instruction: text(instruction, Int(instructionLength)),
+                                  questions: list)
+    let answers = box.respond?(round) ?? []
+    for index in 0..<Int(max(0, count)) {
+        let answer = index < answers.count ? answers[index] : ""
+        responses[index].text = strdup(answer)
+        responses[index].length = UInt32(answer.utf8.count)
+    }
+}

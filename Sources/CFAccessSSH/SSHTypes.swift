@@ -1,0 +1,110 @@
+import AccessCore
+import Foundation
+
+/// A server's public host key as sent in the handshake.
+public struct SSHHostKey: Sendable, Equatable {
+    /// The key blob (SSH wire format), as known_hosts stores it in base64.
+    public let blob: [UInt8]
+    /// SHA-256 of `blob`.
+    public let sha256: [UInt8]
+
+    /// Creates a key from its blob and the blob's SHA-256.
+    public init(blob: [UInt8], sha256: [UInt8]) {
+        self.blob = blob
+        self.sha256 = sha256
+    }
+
+    /// The key's algorithm name, the blob's first field (`ssh-ed25519`, `ssh-rsa`,
+    /// `ecdsa-sha2-nistp256`, …); empty if the blob is malformed.
+    public var algorithm: String {
+        guard blob.count >= 4 else { return "" }
+        let length = Int(blob[0]) << 24 | Int(blob[1]) << 16 | Int(blob[2]) << 8 | Int(blob[3])
+        guard length > 0, blob.count >= 4 + length else { return "" }
+        return String(decoding: blob[4..<(4 + length)], as: UTF8.self)
+    }
+
+    /// The name OpenSSH shows for the key type: `ED25519`, `RSA`, `ECDSA`, `DSA`.
+    public var displayType: String {
+        switch algorithm {
+        case "ssh-ed25519": return "ED25519"
+        case "ssh-rsa": return "RSA"
+        case "ssh-dss": return "DSA"
+        case let name where name.hasPrefix("ecdsa-"): return "ECDSA"
+        case let name: return name.uppercased()
+        }
+    }
+
+    /// `SHA256:` and the unpadded base64 of the digest, as `ssh-keygen -lf` prints it.
+    public var fingerprint: String {
+        "SHA256:" + Base64.encode(sha256, alphabet: .standard, padded: false)
+    }
+
+    /// The key as a known_hosts line's key part: `algorithm base64`.
+    public var knownHostsText: String {
+        "\(algorithm) \(Base64.encode(blob, alphabet: .standard, padded: true))"
+    }
+}
+
+/// The terminal of an interactive channel.
+public struct SSHTerminal: Sendable, Equatable {
+    /// The terminal type sent with the PTY request (`TERM`), e.g. `xterm-256color`.
+    public var term: String
+    /// Width in characters.
+    public var columns: Int
+    /// Height in lines.
+    public var rows: Int
+
+    /// Creates a terminal description.
+    public init(term: String, columns: Int, rows: Int) {
+        self.term = term
+        self.columns = columns
+        self.rows = rows
+    }
+}
+
+/// One round of keyboard-interactive prompts.
+public struct SSHKeyboardPrompt: Sendable, Equatable {
+    /// A question of the round.
+    public struct Question: Sendable, Equatable {
+        /// The prompt text, e.g. `Password: `.
+        public let text: String
+        /// Whether the answer may be shown while typed.
+        public let echo: Bool
+    }
+    /// The round's name (often empty).
+    public let name: String
+    /// The round's instruction (often empty).
+    public let instruction: String
+    /// The questions, in order; answer each.
+    public let questions: [Question]
+}
+
+/// How a channel ended.
+public enum SSHChannelEnd: Sendable, Equatable {
+    /// The remote command or shell exited with this status.
+    case exited(Int32)
+    /// The remote command was killed by this signal (e.g. `TERM`).
+    case signalled(String)
+    /// The channel closed without an exit status, or was closed locally.
+    case closed
+    /// The connection broke (tunnel or SSH transport).
+    case lost(SSHFailure)
+    /// Writing the channel's output locally failed (e.g. stdout closed).
+    case localOutputFailed(String)
+}
+
+/// The output and exit status of a command run with ``SSHSession/exec(_:input:)``.
+public struct SSHExecResult: Sendable, Equatable {
+    /// Everything the command wrote to stdout.
+    public let standardOutput: Data
+    /// Everything the command wrote to stderr.
+    public let standardError: Data
+    /// How the command ended.
+    public let end: SSHChannelEnd
+
+    /// The exit status, if the command exited with one.
+    public var exitStatus: Int32? {
+        if case .exited(let status) = end { return status }
+        return nil
+    }
+}

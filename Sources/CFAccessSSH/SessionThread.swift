@@ -1,0 +1,49 @@
+import Foundation
+
+/// The one thread an SSH session lives on. libssh2 is not thread-safe per session, so every
+/// call on a session runs here, one after another, in the order submitted.
+final class SessionThread: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [() -> Void] = []
+    private var stopping = false
+
+    init(name: String) {
+        let thread = Thread { [self] in loop() }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Runs `job` on the thread after the jobs already submitted. After `stop()` the job is
+    /// refused: returns false and `job` never runs.
+    @discardableResult
+    func submit(_ job: @escaping () -> Void) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !stopping else { return false }
+        jobs.append(job)
+        condition.signal()
+        return true
+    }
+
+    /// Ends the thread once the jobs already submitted have run.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while jobs.isEmpty && !stopping { condition.wait() }
+            if jobs.isEmpty {
+                condition.unlock()
+                return
+            }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job()
+        }
+    }
+}

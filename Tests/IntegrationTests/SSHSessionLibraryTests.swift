@@ -1,0 +1,195 @@
+import AccessTransport
+import CFAccessSSH
+import CFAccessTCP
+import Foundation
+import Logging
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+private let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+/// The embedded SSH library (`CFAccessSSH.SSHSession`) over a tunnel stream, against the
+/// emulator and a real sshd (issue 10, point 8).
+@Suite("SSHSession library over a tunnel stream", .serialized)
+struct SSHSessionLibraryTests {
+    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture,
+                             options sshOptions: SSHSession.Options = SSHSession.Options()) async throws -> (AccessTunnel, SSHSession) {
+        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+                                           caFile: edge.certs.caFile.path, retry: .never)
+        let tunnel = AccessTunnel(options: options, logger: quietLogger)
+        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
+        let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+        return (tunnel, try SSHSession(stream: stream, options: sshOptions))
+    }
+
+    @Test("handshake, known_hosts, password auth (wrong then right), exec with output, stderr, stdin and exit status")
+    func passwordAndExec() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let (tunnel, ssh) = try await openSession(sshd, edge)
+        let key = try await ssh.handshake()
+        #expect(key.algorithm == "ssh-ed25519")
+        #expect(key.fingerprint == (try fingerprint(of: sshd.hostKeyPublicLine)))
+        #expect(key.knownHostsText == sshd.hostKeyPublicLine)
+
+        let directory = try makeTempDir("cfat-kh")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let knownHosts = KnownHosts(path: directory.appendingPathComponent("known_hosts").path)
+        #expect(try knownHosts.check(host: testHost, port: 22, key: key) == .unknown)
+        try knownHosts.add(host: testHost, port: 22, key: key)
+        #expect(try knownHosts.check(host: testHost, port: 22, key: key) == .match)
+        #expect(try knownHosts.check(host: testHost, port: 2222, key: key) == .unknown)
+        let forged = SSHHostKey(blob: key.blob.dropLast() + [key.blob.last! ^ 1], sha256: key.sha256)
+        #expect(try knownHosts.check(host: testHost, port: 22, key: forged) == .mismatch)
+
+        let methods = try await ssh.authenticationMethods(user: sshd.passwordUser)
+        #expect(methods.contains("password"))
+        await #expect(throws: SSHFailure(.authenticationFailed, "Authentication failed", code: -18)) {
+            try await ssh.authenticate(user: sshd.passwordUser, password: "wrong")
+        }
+        try await ssh.authenticate(user: sshd.passwordUser, password: sshd.password)
+        #expect(await ssh.isAuthenticated)
+
+        let result = try await ssh.exec("printf out; printf err >&2; exit 5")
+        #expect(String(decoding: result.standardOutput, as: UTF8.self) == "out")
+        #expect(String(decoding: result.standardError, as: UTF8.self) == "err")
+        #expect(result.exitStatus == 5)
+        let counted = try await ssh.exec("wc -c", input: Data(repeating: 7, count: 123_457))
+        #expect(String(decoding: counted.standardOutput, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) == "123457")
+        #expect(counted.exitStatus == 0)
+
+        await ssh.disconnect(description: "library test done")
+        await tunnel.disconnect()
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while !sshd.logText.contains("library test done") && Date() < deadline { usleep(100_000) }
+        #expect(sshd.logText.contains("library test done"), "sshd did not log the disconnect message")
+    }
+
+    @Test("key file and agent authentication; an interactive channel sees its size, a resize and exits with a status")
+    func keyAgentAndInteractive() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        do {
+            let (tunnel, ssh) = try await openSession(sshd, edge)
+            _ = try await ssh.handshake()
+            try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+            let channel = try await ssh.openShell(terminal: SSHTerminal(term: "vt100", columns: 90, rows: 20))
+            let output = LockedBox(Data())
+            let running = Task { await channel.run { data in output.withLock { $0.append(data) } } }
+            func waitForOutput(_ text: String) throws {
+                let deadline = Date(timeIntervalSinceNow: 30)
+                while !String(decoding: output.withLock { $0 }, as: UTF8.self).contains(text) {
+                    guard Date() < deadline else {
+                        throw FixtureError("no \"\(text)\" in: \(String(decoding: output.withLock { $0 }, as: UTF8.self))")
+                    }
+                    usleep(50_000)
+                }
+            }
+            channel.write(Data("stty size; echo \"t=$TERM\"\n".utf8))
+            try waitForOutput("20 90")
+            try waitForOutput("t=vt100")
+            channel.resize(columns: 100, rows: 33)
+            channel.write(Data("stty size\n".utf8))
+            try waitForOutput("33 100")
+            channel.write(Data("exit 7\n".utf8))
+            #expect(await running.value == .exited(7))
+            await ssh.disconnect()
+            await tunnel.disconnect()
+        }
+        do {
+            let agent = try AgentFixture(key: sshd.clientKeyPath)
+            let (tunnel, ssh) = try await openSession(sshd, edge)
+            _ = try await ssh.handshake()
+            try await ssh.authenticateWithAgent(user: sshd.keyUser, socketPath: agent.socket)
+            let result = try await ssh.exec("whoami")
+            #expect(String(decoding: result.standardOutput, as: UTF8.self) == "\(sshd.keyUser)\n")
+            await ssh.disconnect()
+            await tunnel.disconnect()
+        }
+    }
+
+    @Test("the SSH example target runs a command over a tunnel stream and exits with its status")
+    func exampleTarget() throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let directory = try makeTempDir("cfat-example")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let knownHosts = directory.appendingPathComponent("known_hosts")
+        try "\(testHost) \(sshd.hostKeyPublicLine)\n".write(to: knownHosts, atomically: true, encoding: .utf8)
+        let result = try run(try TestPaths.binary("cf-access-ssh-example"),
+                             [testHost, sshd.keyUser, sshd.clientKeyPath.path, knownHosts.path,
+                              "--connect-to", "127.0.0.1:\(edge.port)", "--ca-file", edge.certs.caFile.path,
+                              "--", "echo example-ssh; exit 9"],
+                             env: ["TUNNEL_SERVICE_TOKEN_ID": testTokenID, "TUNNEL_SERVICE_TOKEN_SECRET": testTokenSecret],
+                             timeout: 60)
+        #expect(result.status == 9, "\(result.stderr)")
+        #expect(result.stdout == "example-ssh\n")
+    }
+
+    @Test("SSH keepalives go out while a channel is idle (interval 1 s here, 2 s for libssh2), and none with the interval 0")
+    func keepalives() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        for interval in [1, 0] {
+            let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: interval))
+            _ = try await ssh.handshake()
+            try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+            let started = sshd.logText.components(separatedBy: "Starting session: command").count
+            let quiet = Task { try await ssh.exec("sleep 10") }
+            // Measure only once the command runs and its start-up packets are long gone.
+            let deadline = Date(timeIntervalSinceNow: 30)
+            while sshd.logText.components(separatedBy: "Starting session: command").count == started && Date() < deadline {
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+            try await Task.sleep(nanoseconds: 1_500_000_000)
+            let before = try edge.stats(host: testHost).binaryFramesIn
+            try await Task.sleep(nanoseconds: 6_000_000_000)
+            let after = try edge.stats(host: testHost).binaryFramesIn
+            if interval > 0 {
+                #expect(after - before >= 2, "no keepalives went out in 6 idle seconds")
+            } else {
+                #expect(after == before, "something went out on an idle channel without keepalives")
+            }
+            #expect(try await quiet.value.exitStatus == 0)
+            await ssh.disconnect()
+            await tunnel.disconnect()
+        }
+    }
+
+    @Test("a connection that goes silent (the edge frozen with SIGSTOP, no socket error) is found dead by unanswered keepalives")
+    func silentConnectionIsLost() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: 1))
+        _ = try await ssh.handshake()
+        try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+        let started = Date()
+        let quiet = Task { () -> SSHChannelEnd in
+            do { return try await ssh.exec("sleep 25").end } catch let failure as SSHFailure { return .lost(failure) } catch { return .closed }
+        }
+        try await Task.sleep(nanoseconds: 3_000_000_000)
+        kill(edge.process.pid, SIGSTOP)
+        let stopped = Date()
+        defer { kill(edge.process.pid, SIGCONT) }
+        let end = await quiet.value
+        guard case .lost(let failure) = end else {
+            Issue.record("the silent connection was not found dead: \(end)")
+            return
+        }
+        #expect(failure.kind == .connectionLost)
+        #expect(failure.message.hasPrefix("Connection lost: no answer to keepalives"), "\(failure.message)")
+        // Keepalives every 2 s (libssh2's least): dead after 7 s without a byte, not much later.
+        #expect(Date().timeIntervalSince(stopped) >= 3, "found dead before the keepalives could go unanswered")
+        #expect(Date().timeIntervalSince(started) < 40, "the dead connection took too long to notice")
+        kill(edge.process.pid, SIGCONT)
+        await ssh.disconnect()
+        await tunnel.disconnect()
+    }
+}
