@@ -21,10 +21,16 @@ public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomD
         "Cf-Access-Client-Secret", "Cf-Access-Token", "Authorization", "Cookie", "Proxy-Authorization",
     ]
 
-    /// Whether a header called `name` carries a secret (case-insensitive).
+    /// Words that make any header name secret-looking (`X-Api-Key`, `X-Auth-Token`,
+    /// `My-Password`, `Set-Cookie`…), so a custom `-H` credential is never logged either.
+    public static let secretNameWords = ["key", "token", "secret", "auth", "password", "passwd", "cookie", "session"]
+
+    /// Whether a header called `name` carries a secret (case-insensitive): one of
+    /// `secretNames`, or a name containing one of `secretNameWords`.
     public static func isSecretName(_ name: String) -> Bool {
         let lowered = name.asciiLowercased
         return secretNames.contains { $0.asciiLowercased == lowered }
+            || secretNameWords.contains { lowered.contains($0) }
     }
 
     /// Whether this header's value is a secret.

@@ -117,6 +117,12 @@ public enum Redaction {
             while keyStart > 0, isKeyCharacter(output[keyStart - 1]) { keyStart -= 1 }
             let key = String(scalars: output[keyStart..<(output.count - 1)]).asciiLowercased
             guard !key.isEmpty, secretKeyWords.contains(where: { key.contains($0) }) else { continue }
+            // Already redacted (scrubbing twice changes nothing).
+            if scalars[index...].starts(with: placeholderScalars) {
+                output += placeholderScalars
+                index += placeholderScalars.count
+                continue
+            }
             var valueEnd = index
             while valueEnd < scalars.count, !isValueTerminator(scalars[valueEnd]) { valueEnd += 1 }
             if valueEnd > index {
@@ -143,7 +149,7 @@ public enum Redaction {
         var output: [Unicode.Scalar] = []
         var run: [Unicode.Scalar] = []
         func flush() {
-            output += looksLikeToken(run) ? placeholder.scalarArray : run
+            output += redactRun(run)
             run = []
         }
         for scalar in scalars {
@@ -158,8 +164,41 @@ public enum Redaction {
         return output
     }
 
+    private static let placeholderScalars = placeholder.scalarArray
+
+    /// Replaces a run of token characters, piece by piece between `=` signs (`a=<jwt>`), when
+    /// it looks like a credential.
+    private static func redactRun(_ run: [Unicode.Scalar]) -> [Unicode.Scalar] {
+        if looksLikeToken(run) { return placeholderScalars }
+        guard run.contains("=") else { return run }
+        var output: [Unicode.Scalar] = []
+        var piece: [Unicode.Scalar] = []
+        for scalar in run {
+            if scalar == "=" {
+                output += looksLikeToken(piece) ? placeholderScalars : piece
+                output.append(scalar)
+                piece = []
+            } else {
+                piece.append(scalar)
+            }
+        }
+        output += looksLikeToken(piece) ? placeholderScalars : piece
+        return output
+    }
+
+    /// Three dot-separated base64url segments whose first is a JSON object (`ey…`): a JWT,
+    /// however short its segments.
+    static func isJWTShaped(_ run: [Unicode.Scalar]) -> Bool {
+        let segments = run.split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count == 3, segments.allSatisfy({ !$0.isEmpty }) else { return false }
+        let base64url = { (s: Unicode.Scalar) in s.isASCIILetter || s.isASCIIDigit || s == "-" || s == "_" }
+        guard segments.allSatisfy({ $0.allSatisfy(base64url) }) else { return false }
+        return segments[0].starts(with: "ey".unicodeScalars) && segments[0].count >= 4
+    }
+
     private static func looksLikeToken(_ run: [Unicode.Scalar]) -> Bool {
         if run.starts(with: "eyJ".unicodeScalars) && run.contains(".") { return true }
+        if isJWTShaped(run) { return true }
         // A stretch of 32+ without "." or "/" (so host names and paths survive).
         var current = 0
         var hasLetter = false

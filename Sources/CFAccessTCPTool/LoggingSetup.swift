@@ -22,13 +22,7 @@ struct LoggingSetup {
         let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
         let sink: LineSink
         if let path {
-            let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-            guard fd >= 0 else {
-                throw ConfigurationError("cannot open the log file \(path): \(String(cString: strerror(errno)))")
-            }
-            // An existing file keeps its content but never stays readable by others.
-            _ = fchmod(fd, 0o600)
-            sink = LineSink(fd: fd)
+            sink = LineSink(fd: try Self.openLogFile(path))
         } else {
             sink = LineSink(fd: STDERR_FILENO)
         }
@@ -38,6 +32,31 @@ struct LoggingSetup {
             return handler
         }
         logger = Logger(label: "cf-access-tcp")
+    }
+}
+
+extension LoggingSetup {
+    /// Opens (or creates, 0600) a log file for appending. A symbolic link is refused, so a link
+    /// planted at the path cannot send our log (or its 0600 mode) to another file; so is
+    /// anything but a regular file (a FIFO would block, a device is not a log).
+    static func openLogFile(_ path: String) throws(ConfigurationError) -> Int32 {
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
+        guard fd >= 0 else {
+            if errno == ELOOP {
+                throw ConfigurationError("the log file \(path) is a symbolic link: give the path of a regular file "
+                                         + "(links are refused so nobody can redirect the log)")
+            }
+            throw ConfigurationError("cannot open the log file \(path): \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw ConfigurationError("the log file \(path) is not a regular file: give the path of a regular file")
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        // An existing file keeps its content but never stays readable by others.
+        _ = fchmod(fd, 0o600)
+        return fd
     }
 }
 
