@@ -1,0 +1,52 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The command line against hostile files and secret-looking headers (issue 12.4, 12.9).
+@Suite("command line hardening", .serialized)
+struct CLIHardeningTests {
+    @Test("--logfile naming a symbolic link is refused; the link's target is neither written nor chmodded")
+    func logFileSymlinkRefused() throws {
+        let dir = try makeTempDir("cfat-logfile")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let target = dir.appendingPathComponent("victim")
+        try Data("keep\n".utf8).write(to: target)
+        #expect(chmod(target.path, 0o644) == 0)
+        let link = dir.appendingPathComponent("log")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: target)
+        for flags in [["--logfile", link.path], ["--log-directory", dir.path]] {
+            if flags[0] == "--log-directory" {
+                try FileManager.default.createSymbolicLink(at: dir.appendingPathComponent("cf-access-tcp.log"),
+                                                           withDestinationURL: target)
+            }
+            let result = try run(try TestPaths.binary("cf-access-tcp"),
+                                 ["--hostname", testHost, "--connect-to", "127.0.0.1:9"] + flags, timeout: 20)
+            #expect(result.status == 64, "\(flags): \(result.stderr)")
+            #expect(result.stderr.contains("is a symbolic link"), "\(result.stderr)")
+            #expect(try String(contentsOf: target, encoding: .utf8) == "keep\n")
+            var info = stat()
+            #expect(stat(target.path, &info) == 0 && info.st_mode & 0o777 == 0o644)
+        }
+    }
+
+    @Test("a -H header named like a credential never reaches the log, even at debug level")
+    func secretLookingHeaderRedacted() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let secret = "zq-private-api-key-9f8e7d"
+        let process = try ManagedProcess(
+            try TestPaths.binary("cf-access-tcp"),
+            try clientArguments(edge: edge, extra: ["-H", "X-Api-Key: \(secret)", "-H", "X-Trace-Id: visible-trace",
+                                                    "--loglevel", "debug"]),
+            stdin: .pipe)
+        try process.writeStdin(Data("ping".utf8))
+        _ = try process.waitForStdout(byteCount: 4, timeout: 30)
+        process.closeStdin()
+        _ = try process.waitForExit(timeout: 20)
+        #expect(!process.stderrText.contains(secret))
+        #expect(process.stderrText.contains("X-Api-Key: [redacted]"), "\(process.stderrText)")
+        #expect(process.stderrText.contains("X-Trace-Id: visible-trace"))
+    }
+}
