@@ -107,7 +107,7 @@ struct SSHConfigCommand: ParsableCommand {
     @Option(name: [.customLong("hostname"), .customShort("T")], help: "The Access-protected SSH hostname.")
     var hostname: String
 
-    @Flag(name: .customLong("short-lived-cert"), help: "Add the lines for short-lived SSH certificates.")
+    @Flag(name: .customLong("short-lived-cert"), help: "Short-lived SSH certificates: not supported yet (refused).")
     var shortLivedCert = false
 
     func run() throws {
@@ -117,22 +117,30 @@ struct SSHConfigCommand: ParsableCommand {
         } catch {
             throw usageFailure(error.message)
         }
-        let binary = Self.executablePath()
-        var lines = ["Add to your ~/.ssh/config:", ""]
         if shortLivedCert {
-            lines += [
-                "Match host \(origin.host) exec \"\(binary) access ssh-gen --hostname %h\"",
-                "  ProxyCommand \(binary) access ssh --hostname %h",
-                "  IdentityFile ~/.cloudflared/%h-cf_key",
-                "  CertificateFile ~/.cloudflared/%h-cf_key-cert.pub",
-            ]
-        } else {
-            lines += [
-                "Host \(origin.host)",
-                "  ProxyCommand \(binary) access ssh --hostname %h",
-            ]
+            // `access ssh-gen` does not exist yet: a Match exec that fails would make ssh connect
+            // without the tunnel, silently.
+            throw usageFailure("--short-lived-cert is not supported yet (short-lived SSH certificates are not "
+                               + "implemented): leave it out and authenticate with your SSH key or password")
         }
-        print(lines.joined(separator: "\n"))
+        let binary = Self.quotedForSSHConfig(Self.executablePath())
+        writeStderr("Add to your ~/.ssh/config:")
+        print(["Host \(origin.host)", "  ProxyCommand \(binary) access ssh --hostname %h"].joined(separator: "\n"))
+    }
+
+    /// A path as ssh_config needs it in ProxyCommand (run by /bin/sh): in double quotes when it
+    /// holds a space or a shell character, with `"`, `\`, `$` and `` ` `` escaped.
+    static func quotedForSSHConfig(_ path: String) -> String {
+        let plain = path.unicodeScalars.allSatisfy { scalar in
+            scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "/._-+,:@%".unicodeScalars.contains(scalar)
+        }
+        if plain { return path }
+        var quoted = "\""
+        for character in path {
+            if "\"\\$`".contains(character) { quoted.append("\\") }
+            quoted.append(character)
+        }
+        return quoted + "\""
     }
 
     /// The absolute path of this executable (symbolic links resolved), else argv[0].

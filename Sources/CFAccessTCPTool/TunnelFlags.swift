@@ -48,16 +48,16 @@ struct TunnelFlags: ParsableArguments {
           help: "Allow --url on a non-loopback address (exposes the tunnel to the network).")
     var allowNonLoopback = false
 
-    @Option(name: .customLong("connect-timeout"), help: "Seconds allowed to open the WebSocket (default 15).")
+    @Option(name: .customLong("connect-timeout"), parsing: .unconditional, help: "Seconds allowed to open the WebSocket (default 15).")
     var connectTimeout: Int = 15
 
-    @Option(name: .customLong("keepalive"), help: "Seconds of silence before a WebSocket ping keeps an idle tunnel alive; 0 turns pings off (default 30).")
+    @Option(name: .customLong("keepalive"), parsing: .unconditional, help: "Seconds of silence before a WebSocket ping keeps an idle tunnel alive; 0 turns pings off (default 30).")
     var keepalive: Int = 30
 
-    @Option(name: .customLong("retries"), help: "Retries of a failed connect (network errors only), after 1 s, 5 s, 15 s (default 0).")
+    @Option(name: .customLong("retries"), parsing: .unconditional, help: "Retries of a failed connect (network errors only), after 1 s, 5 s, 15 s (default 0).")
     var retries: Int = 0
 
-    @Option(name: .customLong("max-connections"), help: "With --url: connections bridged at once; more are refused (default unlimited).")
+    @Option(name: .customLong("max-connections"), parsing: .unconditional, help: "With --url: connections bridged at once; more are refused (default unlimited).")
     var maxConnections: Int?
 
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")

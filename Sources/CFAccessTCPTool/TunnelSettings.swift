@@ -23,6 +23,7 @@ struct TunnelSettings {
         }
         hostname = rawHost
         origin = try OriginURL.parse(rawHost)
+        try Self.checkCombinations(flags, environment: environment)
 
         let id = pick(flags.serviceTokenID, "TUNNEL_SERVICE_TOKEN_ID")
         let secret = pick(flags.serviceTokenSecret, "TUNNEL_SERVICE_TOKEN_SECRET")
@@ -95,5 +96,29 @@ struct TunnelSettings {
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
             keepaliveInterval: flags.keepalive, resolveOverrides: resolve, proxy: proxy)
+    }
+
+    /// Flags that contradict each other, or numbers below zero, are refused before anything else
+    /// (issue 12.12), each with one line that says what to do.
+    static func checkCombinations(_ flags: TunnelFlags, environment: [String: String]) throws(ConfigurationError) {
+        let numbers: [(String, Int?)] = [("--connect-timeout", flags.connectTimeout), ("--keepalive", flags.keepalive),
+                                         ("--retries", flags.retries), ("--max-connections", flags.maxConnections)]
+        for case let (flag, value?) in numbers where value < 0 {
+            throw ConfigurationError("\(flag) must be ≥ 0 (got \(value))")
+        }
+        let listening = flags.url != nil || !(environment["TUNNEL_SERVICE_URL"] ?? "").isEmpty
+        if !listening {
+            if flags.singleConnection {
+                throw ConfigurationError("--single-connection needs --url: without it stdin/stdout is already one connection")
+            }
+            if flags.maxConnections != nil {
+                throw ConfigurationError("--max-connections needs --url: without it stdin/stdout is already one connection")
+            }
+        }
+        let hasServiceToken = flags.serviceTokenID != nil || flags.serviceTokenSecret != nil
+        if flags.accessToken != nil && hasServiceToken {
+            throw ConfigurationError("--access-token and a service token were both given: "
+                                     + "give one credential (the service token, or the access token)")
+        }
     }
 }

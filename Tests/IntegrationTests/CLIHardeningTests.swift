@@ -49,4 +49,37 @@ struct CLIHardeningTests {
         #expect(process.stderrText.contains("X-Api-Key: [redacted]"), "\(process.stderrText)")
         #expect(process.stderrText.contains("X-Trace-Id: visible-trace"))
     }
+
+    @Test("contradicting flags and negative numbers are refused at once with a plain line", arguments: [
+        (["--keepalive", "-5"], "--keepalive must be ≥ 0"),
+        (["--connect-timeout", "-1"], "--connect-timeout must be ≥ 0"),
+        (["--retries", "-2"], "--retries must be ≥ 0"),
+        (["--single-connection"], "--single-connection needs --url"),
+        (["--max-connections", "3"], "--max-connections needs --url"),
+        (["--access-token", "a.b.c", "--service-token-id", "i", "--service-token-secret", "s"], "give one credential"),
+    ])
+    func refusedCombinations(_ extra: [String], _ expected: String) throws {
+        let result = try run(try TestPaths.binary("cf-access-tcp"),
+                             ["--hostname", testHost, "--connect-to", "127.0.0.1:9"] + extra, timeout: 20)
+        #expect(result.status == 64, "\(result.stderr)")
+        #expect(result.stderr.contains(expected), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+    }
+
+    @Test("ssh-config: only the block on stdout, the hint on stderr, a path with a space quoted; --short-lived-cert refused")
+    func sshConfig() throws {
+        let dir = try makeTempDir("cfat ssh config")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let linked = dir.appendingPathComponent("cf-access-tcp")
+        #expect(link(try TestPaths.binary("cf-access-tcp").path, linked.path) == 0)
+        let result = try run(linked, ["ssh-config", "--hostname", "ssh.example.com"], timeout: 20)
+        #expect(result.status == 0)
+        #expect(result.stdout == "Host ssh.example.com\n  ProxyCommand \"\(linked.path)\" access ssh --hostname %h\n",
+                "\(result.stdout)")
+        #expect(result.stderr.contains("~/.ssh/config"))
+        let refused = try run(linked, ["ssh-config", "--hostname", "ssh.example.com", "--short-lived-cert"], timeout: 20)
+        #expect(refused.status == 64)
+        #expect(refused.stdout.isEmpty)
+        #expect(refused.stderr.contains("--short-lived-cert is not supported yet"), "\(refused.stderr)")
+    }
 }
