@@ -56,7 +56,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     /// Our own wording; inputs were already made safe by the factory.
-    private init(trusted category: Category, isRetryable: Bool, message: String, detail: String) {
+    init(trusted category: Category, isRetryable: Bool, message: String, detail: String) {
         self.category = category
         self.isRetryable = isRetryable
         self.message = Display.oneLine(message)

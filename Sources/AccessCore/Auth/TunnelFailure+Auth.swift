@@ -65,10 +65,15 @@ extension TunnelFailure {
     }
 
     /// The token cache could not be used (directory or file); `reason` is the system's.
+    ///
+    /// The path is shown as is: it is ours (the token directory and cloudflared's file names,
+    /// whose application AUD tag is public), and a redacted path would not say what to fix.
     public static func tokenCache(path: String, reason: String) -> TunnelFailure {
-        TunnelFailure(category: .configuration, isRetryable: false,
-                      message: "Cannot use the token cache \(path): \(reason); check its permissions or pass --token-dir",
-                      detail: reason)
+        let reason = Redaction.scrub(reason)
+        return TunnelFailure(trusted: .configuration, isRetryable: false,
+                             message: "Cannot use the token cache \(Display.oneLine(path)): \(reason); "
+                                 + "check its permissions or pass --token-dir",
+                             detail: reason)
     }
 
     /// The login was interrupted (Ctrl-C or cancellation).

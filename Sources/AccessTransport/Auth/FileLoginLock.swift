@@ -59,9 +59,31 @@ public struct FileLoginLock: LoginLock {
         var info = stat()
         guard stat(path, &info) == 0 else { return .stale("it vanished") }
         let modified = Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec))
-        let content = FileManager.default.contents(atPath: path).map { [UInt8]($0) }
+        // A lock holds a short JSON record: anything larger is garbage (stale), never read whole.
+        let content = Self.readCapped(path: path, limit: Self.maximumLockSize)
         return LoginLockRules.verdict(content: content, modifiedAt: modified, now: Date(),
                                       startTimeOfProcess: ProcessStartTime.milliseconds(pid:))
+    }
+
+    /// The largest lock file read (its record is ~50 bytes).
+    static let maximumLockSize = 4096
+
+    /// The bytes of `path` if it is a regular file of at most `limit` bytes (no link followed).
+    static func readCapped(path: String, limit: Int) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) <= limit else { return nil }
+        var bytes = [UInt8](repeating: 0, count: limit + 1)
+        var total = 0
+        while total < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            total += n
+        }
+        return total <= limit ? Array(bytes[..<total]) : nil
     }
 
     /// Removes every lock (and login URL file) this process holds. Safe to call from a

@@ -42,6 +42,7 @@ public struct FileTokenStore: TokenStore {
 
     /// Reads `name`: missing, untrusted (with the reason and what to do), or its trimmed text.
     public func read(_ name: String) -> TokenFileRead {
+        if let problem = directoryProblem() { return .untrusted(problem) }
         let path = path(of: name)
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
@@ -113,13 +114,33 @@ public struct FileTokenStore: TokenStore {
         (try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted() ?? []
     }
 
-    /// Creates the directory 0700 (with missing parents 0700 too) unless it exists.
+    /// Why the directory cannot be trusted with tokens, if it cannot: like OpenSSH with a loose
+    /// `~/.ssh`, a directory that another user owns, or that group or others may write to (so
+    /// they could plant or swap token files), is refused. nil when it is fine or missing.
+    public func directoryProblem() -> String? {
+        var info = stat()
+        guard stat(directory, &info) == 0 else { return nil }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { return "\(directory) is not a directory" }
+        if info.st_uid != geteuid() {
+            return "the token directory \(directory) belongs to another user (uid \(info.st_uid)): use your own with --token-dir"
+        }
+        let mode = info.st_mode & 0o777
+        if mode & 0o022 != 0 {
+            return "the token directory \(directory) is writable by group or others (mode \(String(mode, radix: 8))): "
+                + "run chmod 700 \(directory)"
+        }
+        return nil
+    }
+
+    /// Creates the directory 0700 (with missing parents 0700 too) unless it exists; an existing
+    /// one must pass `directoryProblem()`.
     public func ensureDirectory() throws(TunnelFailure) {
         var info = stat()
         if stat(directory, &info) == 0 {
             guard (info.st_mode & S_IFMT) == S_IFDIR else {
                 throw .tokenCache(path: directory, reason: "it is not a directory")
             }
+            if let problem = directoryProblem() { throw .tokenCache(path: directory, reason: problem) }
             return
         }
         var prefix = directory.hasPrefix("/") ? "" : "."
