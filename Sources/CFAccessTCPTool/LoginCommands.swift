@@ -81,19 +81,30 @@ struct LogoutCommand: ParsableCommand {
         abstract: "Remove the cached token of an application, or without a URL every cached Access token."
     )
 
-    @Argument(help: "The application URL; without it every cached token is removed.")
+    @Argument(help: "The application URL; without it every cached token (org tokens too) is removed.")
     var url: String?
+
+    @Flag(name: .customLong("org"),
+          help: "With a URL: remove the team's org token too, so the next connection needs a real login.")
+    var org = false
 
     @OptionGroup var auth: AuthFlags
 
     func run() throws {
         let origin = try url.map { raw in try parseApplicationURL(raw) }
         let provider = try makeProvider(flags: auth)
-        let removed = try runAuthWork { () async throws(TunnelFailure) -> [String] in await provider.logout(origin: origin) }
-        if removed.isEmpty {
+        let includeOrg = org
+        let result = try runAuthWork { () async throws(TunnelFailure) -> AccessTokenProvider.LogoutResult in
+            await provider.logout(origin: origin, includingOrgToken: includeOrg)
+        }
+        if result.removed.isEmpty {
             writeStderr("cf-access-tcp: no cached token to remove")
         }
-        for path in removed { writeStderr("cf-access-tcp: removed \(path)") }
+        for path in result.removed { writeStderr("cf-access-tcp: removed \(path)") }
+        if let kept = result.keptOrgToken {
+            writeStderr("cf-access-tcp: kept the org token \(kept): the next connection logs in again with it, "
+                        + "without a browser; add --org to remove it too")
+        }
     }
 }
 

@@ -255,6 +255,14 @@ struct LoginEndToEndTests {
         let logout = try run(bin, ["logout", "https://\(testHost)"] + world.commonArguments, env: environment, timeout: 30)
         #expect(logout.status == 0, "\(logout.stderr)")
         #expect(!FileManager.default.fileExists(atPath: world.appTokenFile.path))
+        // The org token stays, and logout says so (issue 11.12); --org removes it as well.
+        #expect(FileManager.default.fileExists(atPath: world.orgTokenFile.path))
+        #expect(logout.stderr.contains("kept the org token \(world.orgTokenFile.path)"), "\(logout.stderr)")
+        let orgLogout = try run(bin, ["logout", "--org", "https://\(testHost)"] + world.commonArguments,
+                                env: environment, timeout: 30)
+        #expect(orgLogout.status == 0, "\(orgLogout.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: world.orgTokenFile.path))
+        #expect(orgLogout.stderr.contains("removed \(world.orgTokenFile.path)"), "\(orgLogout.stderr)")
         let after = try run(bin, ["token", "https://\(testHost)"] + world.commonArguments, env: environment, timeout: 30)
         #expect(after.status != 0)
         #expect(after.stderr.hasPrefix("cf-access-tcp: "))

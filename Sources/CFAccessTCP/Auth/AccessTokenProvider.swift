@@ -123,12 +123,35 @@ public actor AccessTokenProvider {
     /// Deletes cached tokens: those of `origin`'s application (and its login files), or with
     /// nil every app and org token in the cache. Returns the removed paths.
     public func logout(origin: OriginURL?) async -> [String] {
+        await logout(origin: origin, includingOrgToken: false).removed
+    }
+
+    /// What `logout(origin:includingOrgToken:)` did.
+    public struct LogoutResult: Sendable, Equatable {
+        /// The paths of the files removed.
+        public var removed: [String]
+        /// The org token of the application's team that was kept (its path), if any: with it the
+        /// next connection gets a new app token without a browser.
+        public var keptOrgToken: String?
+    }
+
+    /// Removes the cached tokens of `origin`'s application, and with `includingOrgToken` the org
+    /// token of its team too (so the next connection needs a real login); without `origin`,
+    /// every cached token, org tokens included.
+    public func logout(origin: OriginURL?, includingOrgToken: Bool) async -> LogoutResult {
         var removed: [String] = []
+        var keptOrg: String?
         let names = store.fileNames()
         if let origin {
             var targets: [String] = []
             if let app = try? await discover(origin) {
                 targets.append(TokenCacheNaming.appTokenFileName(for: app))
+                let org = TokenCacheNaming.orgTokenFileName(authDomain: app.authDomain)
+                if includingOrgToken {
+                    targets.append(org)
+                } else if names.contains(org) {
+                    keptOrg = store.path(of: org)
+                }
             } else {
                 // Offline: every app token whose name starts with the host.
                 targets = names.filter { $0.hasPrefix(origin.host + "-") && TokenCacheNaming.isTokenFileName($0) && !$0.hasSuffix("-org-token") }
@@ -143,7 +166,7 @@ public actor AccessTokenProvider {
                 removed.append(store.path(of: name))
             }
         }
-        return removed
+        return LogoutResult(removed: removed, keptOrgToken: keptOrg)
     }
 
     // MARK: Discovery (§2)
