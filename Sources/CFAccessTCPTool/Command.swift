@@ -22,7 +22,7 @@ struct RootCommand: AsyncParsableCommand {
           cloudflared spelling: cf-access-tcp access ssh --hostname ssh.example.com
         """,
         version: Version.string,
-        subcommands: [TCPCommand.self, AccessCommand.self, LoginCommand.self, TokenCommand.self,
+        subcommands: [TCPCommand.self, AccessCommand.self, ForwardCommand.self, LoginCommand.self, TokenCommand.self,
                       LogoutCommand.self, SSHConfigCommand.self, ShellCommand.self],
         defaultSubcommand: TCPCommand.self
     )
@@ -35,6 +35,15 @@ struct AccessCommand: AsyncParsableCommand {
         abstract: "cloudflared-compatible spelling: `access tcp|ssh|rdp|smb`.",
         subcommands: [TCPCommand.self, LoginCommand.self, TokenCommand.self, LogoutCommand.self,
                       SSHConfigCommand.self]
+    )
+}
+
+/// `cf-access-tcp forward tcp|ssh …`: the older spelling of `cloudflared forward`, the same tunnel.
+struct ForwardCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "forward",
+        abstract: "cloudflared's older spelling: `forward tcp|ssh` is `access tcp|ssh`.",
+        subcommands: [TCPCommand.self]
     )
 }
 

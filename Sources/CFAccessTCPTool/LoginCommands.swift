@@ -15,7 +15,11 @@ struct LoginCommand: ParsableCommand {
     )
 
     @Argument(help: "The application URL, e.g. https://ssh.example.com")
-    var url: String
+    var url: String?
+
+    @Option(name: [.customLong("app", withSingleDash: true), .customLong("app")],
+            help: ArgumentHelp("The application URL, cloudflared's spelling (-app=URL).", visibility: .hidden))
+    var app: String?
 
     @Flag(name: .customLong("print"), help: "Print the token to stdout.")
     var printToken = false
@@ -23,22 +27,25 @@ struct LoginCommand: ParsableCommand {
     @Flag(name: .customLong("no-verbose"), help: "Print only the token to stdout, nothing else.")
     var noVerbose = false
 
+    @Flag(name: [.customShort("q"), .customLong("quiet")], help: "Print nothing on success (cloudflared's -q).")
+    var quiet = false
+
     @OptionGroup var auth: AuthFlags
 
     func run() throws {
-        let origin = try parseApplicationURL(url)
+        let origin = try parseApplicationURL(try applicationURL(argument: url, app: app))
         let provider = try makeProvider(flags: auth)
         let token: String
         do {
             token = try runAuthWork { () async throws(TunnelFailure) -> String in try await provider.login(for: origin) }
         } catch {
             writeStderr("cf-access-tcp: \(error.message)")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
         if printToken || noVerbose {
             FileHandle.standardOutput.write(Data((token + "\n").utf8))
         }
-        if !noVerbose {
+        if !noVerbose && !quiet {
             writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(auth.login.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment))")
         }
     }
@@ -52,23 +59,27 @@ struct TokenCommand: ParsableCommand {
     )
 
     @Argument(help: "The application URL, e.g. https://ssh.example.com")
-    var url: String
+    var url: String?
+
+    @Option(name: [.customLong("app", withSingleDash: true), .customLong("app")],
+            help: ArgumentHelp("The application URL, cloudflared's spelling (-app=URL).", visibility: .hidden))
+    var app: String?
 
     @OptionGroup var auth: AuthFlags
 
     func run() throws {
-        let origin = try parseApplicationURL(url)
+        let origin = try parseApplicationURL(try applicationURL(argument: url, app: app))
         let provider = try makeProvider(flags: auth)
         let token: String?
         do {
             token = try runAuthWork { () async throws(TunnelFailure) -> String? in try await provider.cachedAppToken(for: origin) }
         } catch {
             writeStderr("cf-access-tcp: \(error.message)")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
         guard let token else {
             writeStderr("cf-access-tcp: no valid cached token for \(origin.host): run `cf-access-tcp login \(origin.host)`")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus.accessDenied.rawValue)
         }
         FileHandle.standardOutput.write(Data((token + "\n").utf8))
     }
@@ -158,5 +169,20 @@ struct SSHConfigCommand: ParsableCommand {
     static func executablePath() -> String {
         if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") { return path }
         return CommandLine.arguments.first ?? "cf-access-tcp"
+    }
+}
+
+/// The application URL of `login`/`token`: the argument, or cloudflared's `-app=URL`.
+func applicationURL(argument: String?, app: String?) throws -> String {
+    switch (argument, app) {
+    case let (url?, nil), let (nil, url?):
+        return url
+    case let (first?, second?):
+        guard first == second else {
+            throw usageFailure("two application URLs were given (\(first) and -app \(second)): give one")
+        }
+        return first
+    case (nil, nil):
+        throw usageFailure("the application URL is missing: give it, e.g. `https://ssh.example.com`")
     }
 }

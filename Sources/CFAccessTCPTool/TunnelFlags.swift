@@ -2,7 +2,7 @@ import ArgumentParser
 
 /// The flags of `cloudflared access tcp`, with its aliases, plus ours.
 struct TunnelFlags: ParsableArguments {
-    @Option(name: [.customLong("hostname"), .customShort("T")],
+    @Option(name: [.customLong("hostname"), .customShort("T"), .customLong("tunnel-host")],
             help: "The Access-protected hostname, e.g. ssh.example.com (env TUNNEL_SERVICE_HOSTNAME).")
     var hostname: String?
 
@@ -63,7 +63,7 @@ struct TunnelFlags: ParsableArguments {
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")
     var singleConnection = false
 
-    @Option(name: .customLong("loglevel"), help: "debug, info, warn, error or fatal (default info).")
+    @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal (default info).")
     var loglevel: String = "info"
 
     @Option(name: .customLong("logfile"), help: "Write logs to this file (0600) instead of stderr.")

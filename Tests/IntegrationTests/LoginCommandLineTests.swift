@@ -74,7 +74,7 @@ struct LoginCommandLineTests {
         let port = try freeLoopbackPort()
         let result = try tool(["token", "https://ssh.example.com:\(port)", "--resolve", "ssh.example.com:\(port):127.0.0.1",
                                "--token-dir", dir.path])
-        #expect(result.status == 1)
+        #expect(result.status == 69)   // ExitStatus.unavailable
         #expect(result.stdout.isEmpty)
         #expect(result.stderr.hasPrefix("cf-access-tcp: Connection refused by ssh.example.com"), "\(result.stderr)")
     }
@@ -142,7 +142,7 @@ struct LoginCommandLineTests {
         #expect(logout.stderr.hasPrefix("cf-access-tcp: removed \(tokens.path)/\(Self.appHost)-"), "\(logout.stderr)")
 
         let gone = try run("ip", inNamespace(namespace, [bin, "token", app] + common))
-        #expect(gone.status == 1 && gone.stdout.isEmpty)
+        #expect(gone.status == 77 && gone.stdout.isEmpty)   // ExitStatus.accessDenied
         #expect(gone.stderr == "cf-access-tcp: no valid cached token for \(Self.appHost): run `cf-access-tcp login \(Self.appHost)`\n")
     }
 }

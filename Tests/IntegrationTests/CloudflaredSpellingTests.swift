@@ -1,0 +1,51 @@
+import Foundation
+import Testing
+
+/// Spellings users paste from cloudflared's documentation are understood (issue 11.13).
+@Suite("cloudflared spellings")
+struct CloudflaredSpellingTests {
+    private func tool(_ arguments: [String], env: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
+        try run(try TestPaths.binary("cf-access-tcp"), arguments, env: env, timeout: 30)
+    }
+
+    @Test("--tunnel-host and --log-level are the tunnel's --hostname and --loglevel")
+    func tunnelFlags() throws {
+        // A refused port ends the dial at once; the message names the host given as --tunnel-host.
+        let port = try freeLoopbackPort()
+        let result = try tool(["--tunnel-host", testHost, "--log-level", "debug", "--connect-to", "127.0.0.1:\(port)",
+                               "--service-token-id", "i", "--service-token-secret", "s"])
+        #expect(result.status != 0 && result.status != 64, "\(result.stderr)")
+        #expect(result.stderr.contains("Connection refused by 127.0.0.1:\(port)"), "\(result.stderr)")
+        #expect(result.stderr.contains(" DBG "), "--log-level debug was not applied: \(result.stderr)")
+    }
+
+    @Test("forward tcp and forward ssh run the tunnel")
+    func forward() throws {
+        let port = try freeLoopbackPort()
+        for verb in ["tcp", "ssh"] {
+            let result = try tool(["forward", verb, "--hostname", testHost, "--connect-to", "127.0.0.1:\(port)",
+                                   "--service-token-id", "i", "--service-token-secret", "s"])
+            #expect(result.stderr.contains("Connection refused by 127.0.0.1:\(port)"), "forward \(verb): \(result.stderr)")
+        }
+    }
+
+    @Test("access token -app=URL and access login -q are accepted")
+    func tokenAndLoginSpellings() throws {
+        let dir = try makeTempDir("cfat-spelling")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        // Nothing listens there: the refusal names the host given with -app, so the URL was understood.
+        let port = try freeLoopbackPort()
+        let token = try tool(["access", "token", "-app=https://\(testHost):\(port)", "--token-dir", dir.path,
+                              "--resolve", "\(testHost):\(port):127.0.0.1"])
+        #expect(token.status == 69, "\(token.stderr)")
+        #expect(token.stderr.contains("Connection refused by \(testHost)"), "\(token.stderr)")
+        let both = try tool(["access", "token", "https://a.example", "-app=https://b.example", "--token-dir", dir.path])
+        #expect(both.status == 64)
+        #expect(both.stderr.contains("two application URLs"))
+        let help = try tool(["access", "login", "--help"])
+        #expect(help.stdout.contains("-q, --quiet"), "\(help.stdout)")
+        let missing = try tool(["access", "login", "-q"])
+        #expect(missing.status == 64)
+        #expect(missing.stderr.contains("the application URL is missing"), "\(missing.stderr)")
+    }
+}
