@@ -80,6 +80,8 @@ struct AuthFlags: ParsableArguments {
 /// Runs an async piece of work from a synchronous command, with Ctrl-C and SIGTERM
 /// removing any held login lock before the process exits.
 func runAuthWork<T: Sendable>(_ body: @escaping @Sendable () async throws(TunnelFailure) -> T) throws(TunnelFailure) -> T {
+    // The login work holds tokens: no core dumps (issue 12.10).
+    SecretMemory.protect()
     let signals = handleInterrupts { _ in
         FileLoginLock.releaseAllHeld()
         writeStderr("\ncf-access-tcp: login cancelled")

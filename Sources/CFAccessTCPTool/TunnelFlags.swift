@@ -63,6 +63,10 @@ struct TunnelFlags: ParsableArguments {
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")
     var singleConnection = false
 
+    @Flag(name: .customLong("allow-core-dumps"),
+          help: "Let the process write core dumps (off: they could hold the service token secret or a token).")
+    var allowCoreDumps = false
+
     @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal (default info).")
     var loglevel: String = "info"
 

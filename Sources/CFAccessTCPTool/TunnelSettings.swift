@@ -24,6 +24,8 @@ struct TunnelSettings {
         hostname = rawHost
         origin = try OriginURL.parse(rawHost)
         try Self.checkCombinations(flags, environment: environment)
+        // From here on the process may hold a secret: no core dumps unless asked for.
+        if !flags.allowCoreDumps { SecretMemory.protect() }
 
         let id = pick(flags.serviceTokenID, "TUNNEL_SERVICE_TOKEN_ID")
         let secret = pick(flags.serviceTokenSecret, "TUNNEL_SERVICE_TOKEN_SECRET")

@@ -82,4 +82,35 @@ struct CLIHardeningTests {
         #expect(refused.stdout.isEmpty)
         #expect(refused.stderr.contains("--short-lived-cert is not supported yet"), "\(refused.stderr)")
     }
+
+    /// The "Max core file size" line of /proc/PID/limits.
+    private func coreLimit(of pid: pid_t) -> String {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").first { $0.hasPrefix("Max core file size") }.map(String.init) ?? "?"
+    }
+
+    @Test("a tunnel holding a service token secret writes no core dump, unless --allow-core-dumps")
+    func noCoreDumps() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let bin = try TestPaths.binary("cf-access-tcp").path
+        for allow in [false, true] {
+            let arguments = try clientArguments(edge: edge) + (allow ? ["--allow-core-dumps"] : [])
+            // The shell raises the soft core limit, then becomes the tool (same pid).
+            let line = "ulimit -S -c 4096 && exec " + ([bin] + arguments).map { "'\($0)'" }.joined(separator: " ")
+            let process = try ManagedProcess(URL(fileURLWithPath: "/bin/sh"), ["-c", line], stdin: .pipe)
+            try process.writeStdin(Data("ping".utf8))
+            _ = try process.waitForStdout(byteCount: 4, timeout: 30)
+            let limit = coreLimit(of: process.pid)
+            let fields = limit.split(separator: " ", omittingEmptySubsequences: true)
+            #expect(fields.count >= 6, "\(limit)")
+            if allow {
+                #expect(fields.count >= 5 && fields[4] != "0", "\(limit)")
+            } else {
+                #expect(fields.count >= 6 && fields[4] == "0" && fields[5] == "0", "\(limit)")
+            }
+            process.closeStdin()
+            _ = try process.waitForExit(timeout: 20)
+        }
+    }
 }

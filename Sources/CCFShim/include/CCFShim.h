@@ -9,6 +9,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 // Swift's Glibc module leaves out <sys/epoll.h>; the carrier's data path needs it (no forwarders).
 #include <sys/epoll.h>
 
@@ -40,5 +41,8 @@ static inline CURLcode CCFShim_curl_getinfo_str(void *fn, CURL *h, CURLINFO i, c
 
 // EVP_PKEY_PUBLIC_KEY is an expression macro (an OR of selection bits) Swift cannot import.
 static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }
+
+// prctl is variadic, which Swift cannot call: the one option we use, PR_SET_DUMPABLE.
+static inline int CCFShim_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, (unsigned long)on, 0UL, 0UL, 0UL); }
 
 #endif
