@@ -21,7 +21,7 @@ struct RootCommand: AsyncParsableCommand {
                         cf-access-tcp --hostname ssh.example.com --url 127.0.0.1:0
           cloudflared spelling: cf-access-tcp access ssh --hostname ssh.example.com
         """,
-        version: Version.string,
+        version: "cf-access-tcp " + Version.string,
         subcommands: [TCPCommand.self, AccessCommand.self, ForwardCommand.self, LoginCommand.self, TokenCommand.self,
                       LogoutCommand.self, SSHConfigCommand.self, ShellCommand.self],
         defaultSubcommand: TCPCommand.self

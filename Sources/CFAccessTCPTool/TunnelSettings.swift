@@ -88,9 +88,8 @@ struct TunnelSettings {
         listen = try pick(flags.url, "TUNNEL_SERVICE_URL").map { raw throws(ConfigurationError) in
             try ListenAddress.parse(raw, allowNonLoopback: flags.allowNonLoopback)
         }
-        let dialHost = connectTo?.address ?? origin.host
-        let dialPort = connectTo?.port ?? origin.effectivePort
-        let proxy = try ProxySettings.fromEnvironment(environment, host: dialHost, port: dialPort)
+        // NO_PROXY names the Access hostname, as curl matches the URL's host (not --connect-to).
+        let proxy = try ProxySettings.fromEnvironment(environment, host: origin.host, port: origin.effectivePort)
         options = AccessTunnel.Options(
             connectTo: connectTo, caFile: flags.caFile, extraHeaders: extra, destination: destination,
             listenAddress: listen, connectTimeout: Double(flags.connectTimeout),

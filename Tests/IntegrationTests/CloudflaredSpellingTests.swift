@@ -48,4 +48,14 @@ struct CloudflaredSpellingTests {
         #expect(missing.status == 64)
         #expect(missing.stderr.contains("the application URL is missing"), "\(missing.stderr)")
     }
+
+    @Test("--version names the product; a completion script is generated")
+    func versionAndCompletions() throws {
+        let version = try tool(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("cf-access-tcp "), "\(version.stdout)")
+        let completion = try tool(["--generate-completion-script", "bash"])
+        #expect(completion.status == 0)
+        #expect(completion.stdout.contains("--hostname") && completion.stdout.contains("complete"))
+    }
 }

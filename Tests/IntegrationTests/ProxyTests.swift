@@ -27,10 +27,17 @@ struct ProxyTests {
 
         let before = proxy.log.components(separatedBy: "CONNECT 127.0.0.1").count
         let (bypassed, bypassStatus, _) = try roundTrip(edge: edge, environment: [
-            "https_proxy": "http://127.0.0.1:\(proxy.port)", "NO_PROXY": "localhost,127.0.0.1"])
+            "https_proxy": "http://127.0.0.1:\(proxy.port)", "NO_PROXY": "localhost,.cfat.test"])
         #expect(bypassed == Data("via-proxy".utf8))
         #expect(bypassStatus == 0)
         #expect(proxy.log.components(separatedBy: "CONNECT 127.0.0.1").count == before, "NO_PROXY was ignored")
+        // NO_PROXY names the Access hostname, not the --connect-to address (as curl does).
+        let (proxied, proxiedStatus, _) = try roundTrip(edge: edge, environment: [
+            "HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)", "NO_PROXY": "127.0.0.1"])
+        #expect(proxied == Data("via-proxy".utf8))
+        #expect(proxiedStatus == 0)
+        #expect(proxy.log.components(separatedBy: "CONNECT 127.0.0.1").count == before + 1,
+                "NO_PROXY matched the --connect-to address instead of the hostname")
     }
 
     @Test("a proxy with credentials is refused with a plain line that hides them")
