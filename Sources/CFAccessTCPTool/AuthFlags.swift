@@ -68,12 +68,57 @@ struct AuthFlags: ParsableArguments {
     @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
     var caFile: String?
 
-    @Option(name: .customLong("loglevel"), help: "debug, info, warn, error or fatal (default info).")
+    @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")
     var loglevel: String = "info"
 
     /// The login configuration these flags describe.
     func configuration(environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
-        try login.configuration(caFile: caFile, environment: environment)
+        try checkCAFile(caFile)
+        return try login.configuration(caFile: caFile, environment: environment)
+    }
+}
+
+/// The flags of `token` and `logout`, which read and remove cached tokens (and look the
+/// application up) but never log in: no browser or login-service flags.
+struct CacheFlags: ParsableArguments {
+    @Option(name: .customLong("token-dir"),
+            help: "Token cache directory (default ~/.cloudflared, shared with cloudflared; env CF_ACCESS_TCP_TOKEN_DIR).")
+    var tokenDir: String?
+
+    @Option(name: .customLong("resolve"),
+            help: "HOST:PORT:ADDRESS: connect to ADDRESS for HOST:PORT, like curl --resolve (repeatable).")
+    var resolve: [String] = []
+
+    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    var caFile: String?
+
+    @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")
+    var loglevel: String = "info"
+
+    /// The configuration of the token cache and the application lookup.
+    func configuration(environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {
+        try checkCAFile(caFile)
+        var overrides: [ResolveOverride] = []
+        for raw in resolve { overrides.append(try ResolveOverride.parse(raw)) }
+        return AccessLoginConfiguration(tokenDirectory: tokenDir ?? FileTokenStore.defaultDirectory(environment: environment),
+                                        caFile: caFile, resolve: overrides)
+    }
+}
+
+/// A `--ca-file` must name a readable regular file: said plainly, instead of a TLS failure
+/// ("unable to get local issuer certificate") at the first connection.
+func checkCAFile(_ path: String?) throws(ConfigurationError) {
+    guard let path else { return }
+    var info = stat()
+    guard stat(path, &info) == 0 else {
+        throw ConfigurationError("--ca-file \(path): \(String(cString: strerror(errno))); give a readable PEM file of CA certificates")
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else {
+        throw ConfigurationError("--ca-file \(path) is not a regular file; give a readable PEM file of CA certificates")
+    }
+    guard access(path, R_OK) == 0 else {
+        throw ConfigurationError("--ca-file \(path) cannot be read (\(String(cString: strerror(errno)))); "
+                                 + "give a readable PEM file of CA certificates")
     }
 }
 
@@ -106,12 +151,28 @@ func runAuthWork<T: Sendable>(_ body: @escaping @Sendable () async throws(Tunnel
 
 /// Sets up logging and the token provider for a login subcommand.
 func makeProvider(flags: AuthFlags) throws -> AccessTokenProvider {
+    try makeProvider(loglevel: flags.loglevel) { environment throws(ConfigurationError) in
+        try flags.configuration(environment: environment)
+    }
+}
+
+/// Sets up logging and the token provider for `token` and `logout`.
+func makeProvider(flags: CacheFlags) throws -> AccessTokenProvider {
+    try makeProvider(loglevel: flags.loglevel) { environment throws(ConfigurationError) in
+        try flags.configuration(environment: environment)
+    }
+}
+
+private func makeProvider(
+    loglevel: String,
+    configuration make: ([String: String]) throws(ConfigurationError) -> AccessLoginConfiguration
+) throws -> AccessTokenProvider {
     let environment = ProcessInfo.processInfo.environment
     let logging: LoggingSetup
     let configuration: AccessLoginConfiguration
     do {
-        logging = try LoggingSetup(level: flags.loglevel, file: nil, directory: nil)
-        configuration = try flags.configuration(environment: environment)
+        logging = try LoggingSetup(level: loglevel, file: nil, directory: nil)
+        configuration = try make(environment)
     } catch {
         throw usageFailure(error.message)
     }

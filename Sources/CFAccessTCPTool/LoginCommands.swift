@@ -65,7 +65,7 @@ struct TokenCommand: ParsableCommand {
             help: ArgumentHelp("The application URL, cloudflared's spelling (-app=URL).", visibility: .hidden))
     var app: String?
 
-    @OptionGroup var auth: AuthFlags
+    @OptionGroup var auth: CacheFlags
 
     func run() throws {
         let origin = try parseApplicationURL(try applicationURL(argument: url, app: app))
@@ -99,7 +99,7 @@ struct LogoutCommand: ParsableCommand {
           help: "With a URL: remove the team's org token too, so the next connection needs a real login.")
     var org = false
 
-    @OptionGroup var auth: AuthFlags
+    @OptionGroup var auth: CacheFlags
 
     func run() throws {
         let origin = try url.map { raw in try parseApplicationURL(raw) }

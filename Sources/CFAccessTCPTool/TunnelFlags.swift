@@ -48,13 +48,13 @@ struct TunnelFlags: ParsableArguments {
           help: "Allow --url on a non-loopback address (exposes the tunnel to the network).")
     var allowNonLoopback = false
 
-    @Option(name: .customLong("connect-timeout"), parsing: .unconditional, help: "Seconds allowed to open the WebSocket (default 15).")
+    @Option(name: .customLong("connect-timeout"), parsing: .unconditional, help: "Seconds allowed to open the WebSocket.")
     var connectTimeout: Int = 15
 
-    @Option(name: .customLong("keepalive"), parsing: .unconditional, help: "Seconds of silence before a WebSocket ping keeps an idle tunnel alive; 0 turns pings off (default 30).")
+    @Option(name: .customLong("keepalive"), parsing: .unconditional, help: "Seconds of silence before a WebSocket ping keeps an idle tunnel alive; 0 turns pings off.")
     var keepalive: Int = 30
 
-    @Option(name: .customLong("retries"), parsing: .unconditional, help: "Retries of a failed connect (network errors only), after 1 s, 5 s, 15 s (default 0).")
+    @Option(name: .customLong("retries"), parsing: .unconditional, help: "Retries of a failed connect (network errors only), after 1 s, 5 s, 15 s.")
     var retries: Int = 0
 
     @Option(name: .customLong("max-connections"), parsing: .unconditional, help: "With --url: connections bridged at once; more are refused (default unlimited).")
@@ -67,7 +67,7 @@ struct TunnelFlags: ParsableArguments {
           help: "Let the process write core dumps (off: they could hold the service token secret or a token).")
     var allowCoreDumps = false
 
-    @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal (default info).")
+    @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")
     var loglevel: String = "info"
 
     @Option(name: .customLong("logfile"), help: "Write logs to this file (0600) instead of stderr.")

@@ -107,6 +107,7 @@ struct TunnelSettings {
         for case let (flag, value?) in numbers where value < 0 {
             throw ConfigurationError("\(flag) must be ≥ 0 (got \(value))")
         }
+        try checkCAFile(flags.caFile)
         let listening = flags.url != nil || !(environment["TUNNEL_SERVICE_URL"] ?? "").isEmpty
         if !listening {
             if flags.singleConnection {

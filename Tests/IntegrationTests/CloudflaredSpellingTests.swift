@@ -58,4 +58,23 @@ struct CloudflaredSpellingTests {
         #expect(completion.status == 0)
         #expect(completion.stdout.contains("--hostname") && completion.stdout.contains("complete"))
     }
+
+    @Test("--ca-file naming a missing file says so at once; help shows each default once; token and logout list only their flags")
+    func caFileAndHelp() throws {
+        for arguments in [["--hostname", testHost, "--ca-file", "/nonexistent/ca.pem"],
+                          ["login", "https://\(testHost)", "--ca-file", "/nonexistent/ca.pem"],
+                          ["token", "https://\(testHost)", "--ca-file", "/nonexistent/ca.pem"]] {
+            let result = try tool(arguments)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains("--ca-file /nonexistent/ca.pem: No such file or directory"), "\(result.stderr)")
+        }
+        let help = try tool(["tcp", "--help"])
+        #expect(help.stdout.components(separatedBy: "default: 30").count == 2, "\(help.stdout)")
+        #expect(!help.stdout.contains("(default 30)"))
+        for verb in ["token", "logout"] {
+            let text = try tool([verb, "--help"]).stdout
+            #expect(!text.contains("--no-browser") && !text.contains("--fedramp"), "\(verb): \(text)")
+            #expect(text.contains("--token-dir"))
+        }
+    }
 }

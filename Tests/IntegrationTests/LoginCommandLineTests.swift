@@ -30,9 +30,9 @@ struct LoginCommandLineTests {
     // MARK: flag checks
 
     @Test("usage errors", arguments: [
-        (["token", "https://ssh.example.com", "--transfer-url", "http://x.example"], "--transfer-url must be an https:// URL"),
-        (["token", "https://ssh.example.com", "--transfer-url", "https://"], "--transfer-url must be an https:// URL"),
-        (["token", "https://ssh.example.com", "--transfer-polls", "0"], "--transfer-polls must be between 1 and 100"),
+        (["login", "https://ssh.example.com", "--transfer-url", "http://x.example"], "--transfer-url must be an https:// URL"),
+        (["login", "https://ssh.example.com", "--transfer-url", "https://"], "--transfer-url must be an https:// URL"),
+        (["login", "https://ssh.example.com", "--transfer-polls", "0"], "--transfer-polls must be between 1 and 100"),
         (["login", "https://ssh.example.com", "--transfer-poll-interval", "61"],
          "--transfer-poll-interval must be between 0 and 60 seconds"),
         (["logout", "https://ssh.example.com", "--resolve", "ssh.example.com:443"], "--resolve \"ssh.example.com:443\""),
