@@ -82,6 +82,8 @@ public actor AccessTunnel {
     private var work: [Task<Void, Never>] = []
     private var deadline: Task<Void, Never>?
     private var generation = 0
+    /// Discovery found no Access application in front of the origin: dials go without a credential.
+    private var noAccessApplication = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
 
     /// Creates a session in `.idle`.
@@ -152,6 +154,7 @@ public actor AccessTunnel {
         self.method = method
         self.mode = mode
         self.appToken = nil
+        self.noAccessApplication = false
         self.stream = nil
         generation += 1
         await perform(actions)
@@ -176,6 +179,12 @@ public actor AccessTunnel {
 
     private func feed(_ event: SessionStateMachine.Event, generation: Int) async {
         guard generation == self.generation else { return }   // from an attempt that no longer matters
+        var event = event
+        if case .dialFailed(let failure) = event, noAccessApplication, failure.category == .authentication, let origin {
+            // Discovery found no Access application, yet the edge asks for an Access login: as
+            // cloudflared reports it, the application is missing (a wrong hostname, mostly).
+            event = .dialFailed(.noAccessApplication(url: origin.httpsURL))
+        }
         await perform(machine.handle(event))
         wakeWaiters()
     }
@@ -246,6 +255,12 @@ public actor AccessTunnel {
             do throws(TunnelFailure) {
                 let token = try await flow.appToken(for: origin, refresh: refresh)
                 await self.tokenArrived(token, generation: generation)
+            } catch where error == .noAccessApplication(url: origin.httpsURL) {
+                // No Access application in front of the origin (a tunnel without a policy, a
+                // plain WebSocket server): dial without a credential, as cloudflared does. An
+                // Access login redirect on that dial still ends as an authentication failure.
+                self.logger.debug("no Access application at \(origin.httpsURL); connecting without a credential")
+                await self.noAccessApplicationFound(generation: generation)
             } catch {
                 await self.feed(.authenticationFailed(error), generation: generation)
             }
@@ -258,7 +273,13 @@ public actor AccessTunnel {
         return method.flow
     }
 
-    private func tokenArrived(_ token: String, generation: Int) async {
+    private func noAccessApplicationFound(generation: Int) async {
+        guard generation == self.generation else { return }
+        noAccessApplication = true
+        await tokenArrived(nil, generation: generation)
+    }
+
+    private func tokenArrived(_ token: String?, generation: Int) async {
         guard generation == self.generation else { return }
         appToken = token
         await feed(.authenticated, generation: generation)
@@ -369,7 +390,7 @@ public actor AccessTunnel {
     private func connectionAuthorizer() -> (any ConnectionAuthorizer)? {
         guard currentCredential == .oauth, let origin, let flow = oauthFlow else { return nil }
         let options = self.options
-        return OAuthConnectionAuthorizer(flow: flow, origin: origin) { token throws(TunnelFailure) in
+        return OAuthConnectionAuthorizer(flow: flow, origin: origin) { (token: String?) throws(TunnelFailure) in
             try Self.upgradeRequest(origin: origin, options: options, serviceToken: nil, accessToken: token)
         }
     }

@@ -6,14 +6,15 @@ import AccessCore
 actor OAuthConnectionAuthorizer: ConnectionAuthorizer {
     private let flow: any OAuthFlow
     private let origin: OriginURL
-    private let build: @Sendable (String) throws(TunnelFailure) -> UpgradeRequest
+    private let build: @Sendable (String?) throws(TunnelFailure) -> UpgradeRequest
     /// The refresh in flight, and the token it replaces.
     private var refresh: (replacing: String, task: Task<Result<String, TunnelFailure>, Never>)?
     /// The last refresh's outcome: the refused token and the one that replaced it.
     private var lastRefresh: (refused: String, fresh: String)?
 
-    /// - Parameter build: the upgrade request that carries a token.
-    init(flow: any OAuthFlow, origin: OriginURL, build: @escaping @Sendable (String) throws(TunnelFailure) -> UpgradeRequest) {
+    /// - Parameter build: the upgrade request that carries a token (nil: no Access application,
+    ///   so no credential).
+    init(flow: any OAuthFlow, origin: OriginURL, build: @escaping @Sendable (String?) throws(TunnelFailure) -> UpgradeRequest) {
         self.flow = flow
         self.origin = origin
         self.build = build
@@ -24,7 +25,11 @@ actor OAuthConnectionAuthorizer: ConnectionAuthorizer {
         if let refused = rejected?.value(forHeader: AccessHeaderName.accessToken) {
             token = try await replacement(for: refused)
         } else {
-            token = try await flow.appToken(for: origin, refresh: false)
+            do {
+                token = try await flow.appToken(for: origin, refresh: false)
+            } catch where error == .noAccessApplication(url: origin.httpsURL) {
+                return (try build(nil), .none)
+            }
         }
         return (try build(token), .accessToken)
     }

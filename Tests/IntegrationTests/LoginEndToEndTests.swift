@@ -248,22 +248,22 @@ struct LoginEndToEndTests {
         let saved = try String(contentsOf: world.appTokenFile, encoding: .utf8)
         #expect(!login.stdout.contains(saved) && !login.stderr.contains(saved), "login prints the token only when asked")
 
-        let token = try run(bin, ["token", "https://\(testHost)"] + world.commonArguments, env: environment, timeout: 30)
+        let token = try run(bin, ["token", "https://\(testHost)"] + world.cacheArguments, env: environment, timeout: 30)
         #expect(token.status == 0, "\(token.stderr)")
         #expect(token.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == saved)
 
-        let logout = try run(bin, ["logout", "https://\(testHost)"] + world.commonArguments, env: environment, timeout: 30)
+        let logout = try run(bin, ["logout", "https://\(testHost)"] + world.cacheArguments, env: environment, timeout: 30)
         #expect(logout.status == 0, "\(logout.stderr)")
         #expect(!FileManager.default.fileExists(atPath: world.appTokenFile.path))
         // The org token stays, and logout says so (issue 11.12); --org removes it as well.
         #expect(FileManager.default.fileExists(atPath: world.orgTokenFile.path))
         #expect(logout.stderr.contains("kept the org token \(world.orgTokenFile.path)"), "\(logout.stderr)")
-        let orgLogout = try run(bin, ["logout", "--org", "https://\(testHost)"] + world.commonArguments,
+        let orgLogout = try run(bin, ["logout", "--org", "https://\(testHost)"] + world.cacheArguments,
                                 env: environment, timeout: 30)
         #expect(orgLogout.status == 0, "\(orgLogout.stderr)")
         #expect(!FileManager.default.fileExists(atPath: world.orgTokenFile.path))
         #expect(orgLogout.stderr.contains("removed \(world.orgTokenFile.path)"), "\(orgLogout.stderr)")
-        let after = try run(bin, ["token", "https://\(testHost)"] + world.commonArguments, env: environment, timeout: 30)
+        let after = try run(bin, ["token", "https://\(testHost)"] + world.cacheArguments, env: environment, timeout: 30)
         #expect(after.status != 0)
         #expect(after.stderr.hasPrefix("cf-access-tcp: "))
         #expect(world.browserOpens.count == 1)
@@ -288,6 +288,8 @@ struct LoginFaultTests {
     ])
     func badMetadata(mode: String, expected: String) throws {
         let world = try LoginWorld(target: "127.0.0.1:9", edgeArguments: ["--metadata-mode", mode])
+        // "missing": no Access application, so the tunnel dials without a credential (issue
+        // 11.1); the edge's login redirect then ends it with the same plain line.
         let result = try run(try TestPaths.binary("cf-access-tcp"), world.tunnelArguments,
                              env: try world.browserEnvironment(), timeout: 30)
         #expect(result.status != 0)

@@ -62,6 +62,11 @@ final class LoginWorld: @unchecked Sendable {
             + resolveEntries.flatMap { ["--resolve", $0] }
     }
 
+    /// The flags of `token` and `logout`: the cache and the lookup only.
+    var cacheArguments: [String] {
+        ["--ca-file", edge.certs.caFile.path, "--token-dir", tokenDir.path] + resolveEntries.flatMap { ["--resolve", $0] }
+    }
+
     /// `cf-access-tcp` tunnel arguments for the app host, with no credential.
     var tunnelArguments: [String] { ["--hostname", testHost] + commonArguments }
 
