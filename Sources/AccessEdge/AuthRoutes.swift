@@ -30,6 +30,8 @@ struct AuthRoutes: Sendable {
     let policy: AccessPolicy
     let stats: EdgeStats
     let log: EdgeLog
+    /// The open tunnels, for `drop-tunnels`.
+    let tunnels: OpenTunnels
 
     private var authority: AccessAuthority { policy.authority }
     private var settings: AuthSettings { policy.authority.settings }
@@ -196,8 +198,9 @@ struct AuthRoutes: Sendable {
 
     private func admin(_ request: EdgeRequest) throws -> EdgeResponse {
         let action = String(request.path.dropFirst(Self.adminPrefix.count))
-        guard ["complete", "revoke", "rotate-key", "issue"].contains(action) else {
-            return .text(.notFound, "unknown admin action '\(action)': complete, revoke, rotate-key, issue")
+        guard ["complete", "revoke", "rotate-key", "issue", "drop-tunnels"].contains(action) else {
+            return .text(.notFound,
+                         "unknown admin action '\(action)': complete, revoke, rotate-key, issue, drop-tunnels")
         }
         guard request.method == .POST else {
             return EdgeResponse(status: .methodNotAllowed, headers: [("Allow", "POST")], body: "use POST\n")
@@ -214,6 +217,10 @@ struct AuthRoutes: Sendable {
             let count = authority.revokeAllAppTokens()
             log.info("admin: revoked \(count) app tokens")
             return .text(.ok, "revoked \(count) app tokens")
+        case "drop-tunnels":
+            let count = tunnels.dropAll()
+            log.info("admin: reset \(count) open tunnels")
+            return .text(.ok, "dropped \(count) tunnels")
         case "rotate-key":
             let kid = try authority.rotateKey()
             log.info("admin: signing key rotated")

@@ -32,6 +32,8 @@ final class EdgeServer: Sendable {
     let stats: EdgeStats
     private let configuration: EdgeServerConfiguration
     private let group: any EventLoopGroup
+    /// Every tunnel's WebSocket channel, for the admin call `drop-tunnels`.
+    private let tunnels = OpenTunnels()
 
     /// `stats` must be the one the configuration's `AccessAuthority` counts into.
     init(configuration: EdgeServerConfiguration, stats: EdgeStats, group: any EventLoopGroup) {
@@ -112,7 +114,8 @@ final class EdgeServer: Sendable {
                 _ = context.pipeline.syncOperations.removeHandler(name: EdgeHTTPHandler.handlerName)
             })
         )
-        let routes = AuthRoutes(policy: configuration.policy, stats: stats, log: configuration.tunnel.log)
+        let routes = AuthRoutes(policy: configuration.policy, stats: stats, log: configuration.tunnel.log,
+                                tunnels: tunnels)
         try pipeline.addHandler(EdgeHTTPHandler(state: state.value, routes: routes),
                                 name: EdgeHTTPHandler.handlerName)
         channel.closeFuture.whenComplete { _ in
@@ -166,6 +169,7 @@ final class EdgeServer: Sendable {
             state.value.pendingTarget = nil
             try Tunnel.join(webSocket: channel, target: target, maxFrameSize: configuration.maxFrameSize,
                             stats: stats, settings: configuration.tunnel)
+            tunnels.add(channel)
         }
     }
 
