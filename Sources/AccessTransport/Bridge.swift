@@ -131,6 +131,8 @@ final class Bridge {
                 input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
         switch reason {
         case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+            // The 101 is read a byte at a time, so nothing after it stays in libwebsockets.
+            if let session = lws_get_ssl(wsi) { _ = CCFShim_clamp_reads(session, 1) }
             return appendHeaders(wsi: wsi, input: input, len: len)
         case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
             if len == 0, let store = user {
@@ -246,6 +248,7 @@ final class Bridge {
             killWebSocket()
             return
         }
+        _ = CCFShim_clamp_reads(session, 0)
         logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
         // libwebsockets must not read this socket any more: its per-byte frame parser is slow.
         _ = lws_rx_flow_control(wsi, 0)

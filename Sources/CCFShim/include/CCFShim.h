@@ -9,6 +9,7 @@
 #include <curl/curl.h>
 #include <libssh2.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 // Swift's Glibc module leaves out <sys/epoll.h>; the carrier's data path needs it (no forwarders).
 #include <sys/epoll.h>
@@ -45,5 +46,10 @@ static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY
 // libssh2's convenience names are function-like macros over the *_ex functions.
 static inline LIBSSH2_SESSION *CCFShim_libssh2_session_init(void) { return libssh2_session_init(); }
 static inline LIBSSH2_CHANNEL *CCFShim_libssh2_channel_open_session(LIBSSH2_SESSION *s) { return libssh2_channel_open_session(s); }
+
+// ssl_read_clamp.c (not a forwarder: see there). While `on`, every SSL_read of `ssl` (by
+// libwebsockets too) returns at most one byte, so the 101's reader leaves what follows in
+// OpenSSL. Returns 1 on success.
+int CCFShim_clamp_reads(SSL *ssl, int on);
 
 #endif
