@@ -52,6 +52,8 @@ final class Bridge {
     private var closeSent = false
     private var closeReceived = false
     private var tlsReason: String?
+    /// Why the tunnel ends: the first cause noted wins.
+    private var end: TunnelEnd?
     private var closeWebSocketWith: lws_close_status?
     private(set) var bytesToOrigin = 0
     private(set) var bytesFromOrigin = 0
@@ -316,7 +318,10 @@ final class Bridge {
                 return
             } else {
                 if errno == EINTR { continue }
-                if errno != EAGAIN && errno != EWOULDBLOCK { onLocalEnded() }
+                if errno != EAGAIN && errno != EWOULDBLOCK {
+                    noteEnd(.localIOFailed(detail: "reading the local connection failed: \(Self.errorText(errno))"))
+                    onLocalEnded()
+                }
                 return
             }
         }
@@ -365,10 +370,17 @@ final class Bridge {
         ERR_clear_error()
         let r = SSL_write(ssl, p, Int32(min(count, 1 << 30)))
         if r > 0 { return Int(r) }
-        switch SSL_get_error(ssl, r) {
+        let error = SSL_get_error(ssl, r)
+        let code = errno
+        switch error {
         case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ: return 0
         default:
             logger.info("connection \(id): writing to the WebSocket failed")
+            if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
+                noteEnd(.reset(detail: Self.errorText(code)))
+            } else {
+                noteEnd(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? Self.errorText(code) : "TLS error \(error)"))
+            }
             return -1
         }
     }
@@ -391,6 +403,7 @@ final class Bridge {
     /// The local peer closed (or failed): the WebSocket ends with a Close frame after what is queued.
     private func onLocalEnded() {
         logger.debug("connection \(id): local side closed")
+        noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: (closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL).rawValue)))
         closeLocal()
         sendClose(closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL)
     }
@@ -405,20 +418,33 @@ final class Bridge {
             var filled = 0
             var drained = false
             var ended = false
+            var endDetail = ""
+
             // Whole records only (the space left is at least one record), so OpenSSL keeps no
             // decrypted bytes back that epoll would not announce.
             while capacity - filled >= 16 << 10 + 256, let ssl {
                 ERR_clear_error()
                 let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
                 if r > 0 { filled += Int(r); continue }
+                let code = errno
                 let error = SSL_get_error(ssl, r)
-                if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { drained = true } else { ended = true }
+                if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE {
+                    drained = true
+                } else {
+                    ended = true
+                    switch error {
+                    case SSL_ERROR_ZERO_RETURN: endDetail = "TLS closed without a WebSocket Close"
+                    case SSL_ERROR_SYSCALL: endDetail = code == 0 ? "the connection ended without a WebSocket Close" : Self.errorText(code)
+                    default: endDetail = "TLS error"
+                    }
+                }
                 break
             }
             if filled > 0 { onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled)) }
             budget -= filled
             if ended {
-                logger.debug("connection \(id): the WebSocket's TLS stream ended")
+                logger.debug("connection \(id): the WebSocket's TLS stream ended (\(endDetail))")
+                if !closeReceived { noteEnd(.reset(detail: endDetail)) }
                 tearDownEdge()
                 return
             }
@@ -445,6 +471,7 @@ final class Bridge {
                 return true
             case .close(let payload):
                 logger.debug("connection \(id): the edge sent a Close frame")
+                noteEnd(.closedByEdge(code: payload.count >= 2 ? UInt16(payload[0]) << 8 | UInt16(payload[1]) : nil))
                 closeReceived = true
                 if !closeSent {
                     closeSent = true
@@ -457,12 +484,14 @@ final class Bridge {
             case .text:
                 if !closeSent {
                     logger.error("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
+                    noteEnd(.protocolViolation(detail: "a text frame; only binary frames carry tunnel bytes"))
                     closeWebSocketWith = LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE
                     sendClose(LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
                 }
                 return true
             case .violation(let what):
                 logger.error("connection \(id): the edge sent \(what); closing the tunnel")
+                noteEnd(.protocolViolation(detail: what))
                 readerStopped = true
                 sendClose(LWS_CLOSE_STATUS_PROTOCOL_ERR)
                 return false
@@ -478,6 +507,7 @@ final class Bridge {
                 if n > 0 { offset += n; continue }
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(n < 0 ? errno : EPIPE))"))
                 onLocalEnded()
                 return
             }
@@ -491,12 +521,20 @@ final class Bridge {
     private func flushLocal() {
         while !toLocal.isEmpty, localFD >= 0 {
             var failed = false
+            var failure: Int32 = 0
             let sent = toLocal.consume(upTo: 1 << 20) { chunk in
                 let n = send(localFD, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
-                if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR { failed = true }
+                if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
+                    failed = true
+                    failure = errno
+                }
                 return max(0, n)
             }
-            if failed { onLocalEnded(); return }
+            if failed {
+                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(failure))"))
+                onLocalEnded()
+                return
+            }
             if sent == 0 { break }
         }
         if webSocketPaused, toLocal.count <= loop.tuning.lowWatermark {
@@ -557,6 +595,7 @@ final class Bridge {
         keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
         if unansweredPings >= 3 {
             logger.warning("connection \(id): the edge did not answer keepalive pings for \(3 * seconds) s; closing the tunnel")
+            noteEnd(.keepaliveTimeout(seconds: 3 * seconds))
             closeBoth()
             return 0
         }
@@ -632,6 +671,7 @@ final class Bridge {
 
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
+        noteEnd(.shutdown)
         closeLocalRequested = true
         if established {
             closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
@@ -653,10 +693,19 @@ final class Bridge {
         }
     }
 
+    /// Remembers why the tunnel ends, unless an earlier cause is known.
+    private func noteEnd(_ reason: TunnelEnd) {
+        if end == nil { end = reason }
+    }
+
+    static func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
+
     private func finishIfDone() {
         guard isFinished else { return }
         if !reportedFailure {
-            loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin))
+            let reason = end ?? .reset(detail: "the WebSocket closed")
+            logger.debug("connection \(id) ended: \(reason)")
+            loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin, reason: reason))
         }
         loop.forget(self)
     }

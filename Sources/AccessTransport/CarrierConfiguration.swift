@@ -54,6 +54,6 @@ public enum BridgeEvent: Sendable {
     /// socket, not read from yet, is handed back to the owner, who closes it or bridges it again
     /// (e.g. with a fresh token).
     case refused(id: Int, socket: Int32, TunnelFailure)
-    /// Both sides are closed; totals of bytes carried each way.
-    case closed(id: Int, toOrigin: Int, fromOrigin: Int)
+    /// Both sides are closed; totals of bytes carried each way, and why it ended.
+    case closed(id: Int, toOrigin: Int, fromOrigin: Int, reason: TunnelEnd)
 }

@@ -83,6 +83,8 @@ public actor AccessTunnel {
     private var deadline: Task<Void, Never>?
     private var generation = 0
     private var waiters: [CheckedContinuation<Void, Never>] = []
+    /// Why the last connected tunnel ended by itself (nil while it runs or after `disconnect`).
+    public private(set) var lastEnd: TunnelEnd?
 
     /// Creates a session in `.idle`.
     /// - Parameters:
@@ -153,6 +155,7 @@ public actor AccessTunnel {
         self.mode = mode
         self.appToken = nil
         self.stream = nil
+        self.lastEnd = nil
         generation += 1
         await perform(actions)
         // Wait until the machine settles: connected, failed or disconnected.
@@ -339,7 +342,10 @@ public actor AccessTunnel {
             pendingStream = nil
             self.stream = stream
             self.serving = serving
-            work.append(Task { await self.feed(.localReady(port: 0), generation: generation) })
+            work.append(Task {
+                await self.feed(.localReady(port: 0), generation: generation)
+                await self.watchEndAfterReady(of: serving, generation: generation)
+            })
         case .listener:
             let configuration: CarrierConfiguration
             do {
@@ -386,6 +392,28 @@ public actor AccessTunnel {
         }
         self.serving = serving
         await feed(.localReady(port: serving.port), generation: generation)
+        watchEnd(of: serving, generation: generation)
+    }
+
+    /// Feeds `.connectionLost` once the tunnel ends by itself (the stream's WebSocket closed, or
+    /// a single-connection listener's connection ended).
+    private func watchEnd(of serving: any ServingTunnel, generation: Int) {
+        let host = origin?.host ?? "the edge"
+        work.append(Task {
+            guard let end = await serving.ended() else { return }
+            await self.tunnelEnded(end, host: host, generation: generation)
+        })
+    }
+
+    private func watchEndAfterReady(of serving: any ServingTunnel, generation: Int) async {
+        watchEnd(of: serving, generation: generation)
+    }
+
+    private func tunnelEnded(_ end: TunnelEnd, host: String, generation: Int) async {
+        guard generation == self.generation, end != .shutdown else { return }
+        logger.debug("tunnel ended: \(end)")
+        lastEnd = end
+        await feed(.connectionLost(end.failure(host: host)), generation: generation)
     }
 
     private func tearDown() async {
