@@ -150,8 +150,10 @@ final class Bridge {
             return 0
         case LWS_CALLBACK_CLIENT_ESTABLISHED:
             webSocket = wsi
-            onEstablished(wsi: wsi)
+            // Armed first: reading what already arrived may start a Close, whose 2 s timer
+            // must stay (12.8).
             armKeepalive(wsi)
+            onEstablished(wsi: wsi)
             return 0
         case LWS_CALLBACK_TIMER:
             return keepaliveTick(wsi)
@@ -375,7 +377,7 @@ final class Bridge {
         switch error {
         case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ: return 0
         default:
-            logger.info("connection \(id): writing to the WebSocket failed")
+            logger.debug("connection \(id): writing to the WebSocket failed")
             if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
                 noteEnd(.reset(detail: Self.errorText(code)))
             } else {
@@ -483,14 +485,14 @@ final class Bridge {
                 return false
             case .text:
                 if !closeSent {
-                    logger.error("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
+                    logger.debug("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
                     noteEnd(.protocolViolation(detail: "a text frame; only binary frames carry tunnel bytes"))
                     closeWebSocketWith = LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE
                     sendClose(LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
                 }
                 return true
             case .violation(let what):
-                logger.error("connection \(id): the edge sent \(what); closing the tunnel")
+                logger.debug("connection \(id): the edge sent \(what); closing the tunnel")
                 noteEnd(.protocolViolation(detail: what))
                 readerStopped = true
                 sendClose(LWS_CLOSE_STATUS_PROTOCOL_ERR)
@@ -594,7 +596,7 @@ final class Bridge {
         heardPong = false
         keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
         if unansweredPings >= 3 {
-            logger.warning("connection \(id): the edge did not answer keepalive pings for \(3 * seconds) s; closing the tunnel")
+            logger.debug("connection \(id): the edge did not answer keepalive pings for \(3 * seconds) s; closing the tunnel")
             noteEnd(.keepaliveTimeout(seconds: 3 * seconds))
             closeBoth()
             return 0
