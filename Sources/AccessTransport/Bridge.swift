@@ -61,6 +61,10 @@ final class Bridge {
     private var keepaliveSnapshot = (toOrigin: 0, fromOrigin: 0)
     private var unansweredPings = 0
     private var heardPong = false
+    /// The payload of the newest ping not answered yet because bytes for the edge are still
+    /// queued: a ping flood from an edge that does not read costs one pong, not a queue of them
+    /// (RFC 6455 §5.5.3 allows answering only the most recent ping).
+    private var owedPong: [UInt8]?
 
     private let handshake: Handshake
 
@@ -399,6 +403,10 @@ final class Bridge {
             if sent == 0 { break }
         }
         if localPaused, toOrigin.count <= loop.tuning.lowWatermark { localPaused = false }
+        if toOrigin.isEmpty, let pong = owedPong, !closeSent {
+            owedPong = nil
+            sendControl(opcode: WebSocketFrames.opPong, payload: pong)
+        }
         if toOrigin.isEmpty, closeSent, closeReceived { tearDownEdge() }
     }
 
@@ -469,7 +477,12 @@ final class Bridge {
                 heardPong = true
                 return true
             case .ping(let payload):
-                if !closeSent { sendControl(opcode: WebSocketFrames.opPong, payload: payload) }
+                guard !closeSent else { return true }
+                if toOrigin.isEmpty {
+                    sendControl(opcode: WebSocketFrames.opPong, payload: payload)
+                } else {
+                    owedPong = Array(payload.prefix(125))
+                }
                 return true
             case .close(let payload):
                 logger.debug("connection \(id): the edge sent a Close frame")
