@@ -57,10 +57,7 @@ final class Bridge {
     private var closeWebSocketWith: lws_close_status?
     private(set) var bytesToOrigin = 0
     private(set) var bytesFromOrigin = 0
-    // Keepalive: counters seen at the last timer, and pings the edge has not answered since.
-    private var keepaliveSnapshot = (toOrigin: 0, fromOrigin: 0)
-    private var unansweredPings = 0
-    private var heardPong = false
+    private var keepalive = KeepaliveState()
     /// The payload of the newest ping not answered yet because bytes for the edge are still
     /// queued: a ping flood from an edge that does not read costs one pong, not a queue of them
     /// (RFC 6455 §5.5.3 allows answering only the most recent ping).
@@ -450,7 +447,10 @@ final class Bridge {
                 }
                 break
             }
-            if filled > 0 { onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled)) }
+            if filled > 0 {
+                keepalive.heardFromEdge()
+                onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled))
+            }
             budget -= filled
             if ended {
                 logger.debug("connection \(id): the WebSocket's TLS stream ended (\(endDetail))")
@@ -474,7 +474,6 @@ final class Bridge {
                 deliverToLocal(payload)
                 return true
             case .pong:
-                heardPong = true
                 return true
             case .ping(let payload):
                 guard !closeSent else { return true }
@@ -588,12 +587,11 @@ final class Bridge {
     private func armKeepalive(_ wsi: OpaquePointer) {
         let seconds = loop.configuration.keepaliveSeconds
         guard seconds > 0 else { return }
-        keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
         lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
     }
 
-    /// Every interval: an idle tunnel sends a ping; three intervals of pings without any answer
-    /// (no pong, no data) mean the edge or the path is gone, so the tunnel is closed.
+    /// Every interval (`KeepaliveState` decides): a ping after an interval of silence or of
+    /// nothing from the edge; the tunnel is closed after three intervals without a word from it.
     private func keepaliveTick(_ wsi: OpaquePointer) -> Int32 {
         guard wsi == webSocket, !webSocketDone else { return 0 }
         if closeSent {
@@ -603,21 +601,17 @@ final class Bridge {
         }
         let seconds = loop.configuration.keepaliveSeconds
         guard seconds > 0 else { return 0 }
-        let heard = heardPong || bytesFromOrigin != keepaliveSnapshot.fromOrigin
-        let active = heard || bytesToOrigin != keepaliveSnapshot.toOrigin
-        if heard { unansweredPings = 0 }
-        heardPong = false
-        keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
-        if unansweredPings >= 3 {
-            logger.debug("connection \(id): the edge did not answer keepalive pings for \(3 * seconds) s; closing the tunnel")
-            noteEnd(.keepaliveTimeout(seconds: 3 * seconds))
+        switch keepalive.tick(sent: bytesToOrigin, received: bytesFromOrigin) {
+        case .close:
+            logger.debug("connection \(id): nothing from the edge for \(KeepaliveState.deadAfter * seconds) s; closing the tunnel")
+            noteEnd(.keepaliveTimeout(seconds: KeepaliveState.deadAfter * seconds))
             closeBoth()
             return 0
-        }
-        if !active {
-            unansweredPings += 1
+        case .ping:
             sendControl(opcode: WebSocketFrames.opPing, payload: [])
             updateInterest()
+        case .none:
+            break
         }
         lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
         return 0
