@@ -4,11 +4,11 @@
 /// - **Silence** (no data either way since the last tick): send a ping, so an idle tunnel is
 ///   pinged every interval. A pong is not data: it does not make the tunnel "active", so the
 ///   next idle interval pings again (issue 11.4).
-/// - **Liveness** (anything at all from the edge: data, pong, any frame): when the edge has
-///   said nothing for `deadAfter` intervals the tunnel is closed — even while we are sending,
-///   because bytes we write may only be filling buffers towards a dead edge (issue 12.13). An
-///   interval in which the edge said nothing also sends a ping, so a busy upload to a live but
-///   quiet edge gets its pong back.
+/// - **Liveness** (anything at all from the edge: data, pong, any frame): an interval in which
+///   the edge said nothing sends a ping too — even while we are sending, because bytes we write
+///   may only be filling buffers towards a dead edge (issue 12.13). When `deadAfter` pings in a
+///   row went unanswered (the first of them for `deadAfter` intervals), the tunnel is closed. A
+///   live edge answers, so a busy upload to a quiet edge stays open.
 struct KeepaliveState: Equatable {
     /// What to do at a tick.
     enum Action: Equatable {
@@ -16,16 +16,16 @@ struct KeepaliveState: Equatable {
         case none
         /// Send a ping; arm the timer again.
         case ping
-        /// The edge said nothing for `deadAfter` intervals: close the tunnel.
+        /// `deadAfter` pings went unanswered: close the tunnel.
         case close
     }
 
-    /// Intervals without a word from the edge after which the tunnel is closed.
+    /// Unanswered pings (one per interval) after which the tunnel is closed.
     static let deadAfter = 3
 
     private var lastSent = 0
     private var lastReceived = 0
-    private var silentIntervals = 0
+    private var unansweredPings = 0
     /// Something (data, a pong, any frame) arrived from the edge since the last tick.
     private var heard = false
 
@@ -37,13 +37,12 @@ struct KeepaliveState: Equatable {
         let dataMoved = sent != lastSent || received != lastReceived
         lastSent = sent
         lastReceived = received
-        if heard {
-            silentIntervals = 0
-        } else {
-            silentIntervals += 1
-        }
+        let wasHeard = heard
         heard = false
-        if silentIntervals >= Self.deadAfter { return .close }
-        return dataMoved && silentIntervals == 0 ? .none : .ping
+        if wasHeard { unansweredPings = 0 }
+        if unansweredPings >= Self.deadAfter { return .close }
+        if dataMoved && wasHeard { return .none }
+        unansweredPings += 1
+        return .ping
     }
 }

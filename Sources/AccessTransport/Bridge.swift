@@ -48,9 +48,12 @@ final class Bridge {
     private var localPaused = false
     /// Reading the TLS stream is paused: `toLocal` is above the high watermark.
     private var webSocketPaused = false
-    /// Our Close frame is sent (or queued); the edge's Close frame has arrived.
-    private var closeSent = false
-    private var closeReceived = false
+    /// Our Close frame and the edge's.
+    private var closing = CloseHandshake()
+    /// The TLS stream failed (read or write error, reset): no close_notify can follow.
+    private var edgeBroken = false
+    private var closeSent: Bool { closing.sent }
+    private var closeReceived: Bool { closing.received }
     private var tlsReason: String?
     /// Why the tunnel ends: the first cause noted wins.
     private var end: TunnelEnd?
@@ -58,6 +61,13 @@ final class Bridge {
     private(set) var bytesToOrigin = 0
     private(set) var bytesFromOrigin = 0
     private var keepalive = KeepaliveState()
+    /// The local side sent its last byte (EOF) but may still take the edge's reply (half-close).
+    private var localInputDone = false
+    /// The one lws timer of the WebSocket serves three deadlines (monotonic nanoseconds): the
+    /// edge's answer to our Close, the end of a half-close linger, the next keepalive tick.
+    private var closeDeadline: UInt64?
+    private var lingerDeadline: UInt64?
+    private var keepaliveDeadline: UInt64?
     /// The payload of the newest ping not answered yet because bytes for the edge are still
     /// queued: a ping flood from an edge that does not read costs one pong, not a queue of them
     /// (RFC 6455 §5.5.3 allows answering only the most recent ping).
@@ -157,7 +167,7 @@ final class Bridge {
             onEstablished(wsi: wsi)
             return 0
         case LWS_CALLBACK_TIMER:
-            return keepaliveTick(wsi)
+            return onTimer(wsi)
         case LWS_CALLBACK_CLIENT_RECEIVE:
             // Bytes libwebsockets parsed itself would be out of order with ours: never expected,
             // since it stops reading at the upgrade.
@@ -303,7 +313,7 @@ final class Bridge {
 
     // MARK: Local → origin
 
-    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent }
+    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent && !localInputDone }
 
     private func readLocal() {
         let chunk = loop.tuning.chunkSize
@@ -317,7 +327,7 @@ final class Bridge {
                 sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
                 if n < chunk { return }
             } else if n == 0 {
-                onLocalEnded()
+                onLocalEOF()
                 return
             } else {
                 if errno == EINTR { continue }
@@ -378,6 +388,7 @@ final class Bridge {
         switch error {
         case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ: return 0
         default:
+            edgeBroken = true
             logger.debug("connection \(id): writing to the WebSocket failed")
             if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
                 noteEnd(.reset(detail: Self.errorText(code)))
@@ -405,6 +416,22 @@ final class Bridge {
             sendControl(opcode: WebSocketFrames.opPong, payload: pong)
         }
         if toOrigin.isEmpty, closeSent, closeReceived { tearDownEdge() }
+    }
+
+    /// The local peer sent its last byte (stdin EOF, `shutdown(SHUT_WR)`, or a close we cannot
+    /// tell apart from one). A WebSocket has no half-close, so the Close frame waits: the edge's
+    /// reply still reaches the local side until the edge closes or the linger passes.
+    private func onLocalEOF() {
+        let linger = loop.configuration.halfCloseLingerSeconds
+        guard linger > 0, !closeSent else {
+            onLocalEnded()
+            return
+        }
+        logger.debug("connection \(id): local side finished sending; lingering up to \(linger) s for the edge")
+        noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: LWS_CLOSE_STATUS_NORMAL.rawValue)))
+        localInputDone = true
+        lingerDeadline = Self.now() + UInt64(linger * 1_000_000_000)
+        rearmTimer()
     }
 
     /// The local peer closed (or failed): the WebSocket ends with a Close frame after what is queued.
@@ -453,6 +480,7 @@ final class Bridge {
             }
             budget -= filled
             if ended {
+                edgeBroken = true
                 logger.debug("connection \(id): the WebSocket's TLS stream ended (\(endDetail))")
                 if !closeReceived { noteEnd(.reset(detail: endDetail)) }
                 tearDownEdge()
@@ -484,13 +512,18 @@ final class Bridge {
                 }
                 return true
             case .close(let payload):
-                logger.debug("connection \(id): the edge sent a Close frame")
-                noteEnd(.closedByEdge(code: payload.count >= 2 ? UInt16(payload[0]) << 8 | UInt16(payload[1]) : nil))
-                closeReceived = true
-                if !closeSent {
-                    closeSent = true
-                    // Echo the status code (RFC 6455 §5.5.1).
-                    sendControl(opcode: WebSocketFrames.opClose, payload: Array(payload.prefix(2)))
+                let (verdict, action) = closing.receive(payload)
+                switch verdict {
+                case .valid(let code):
+                    logger.debug("connection \(id): the edge sent a Close frame (\(code.map(String.init) ?? "no code"))")
+                    noteEnd(.closedByEdge(code: code))
+                case .malformed(let what):
+                    logger.debug("connection \(id): the edge sent \(what); answering with Close 1002")
+                    noteEnd(.protocolViolation(detail: what))
+                }
+                if case .sendClose(let answer) = action {
+                    sendControl(opcode: WebSocketFrames.opClose, payload: answer)
+                    armCloseDeadline()
                 }
                 readerStopped = true
                 if toOrigin.isEmpty { tearDownEdge() }
@@ -587,50 +620,91 @@ final class Bridge {
     private func armKeepalive(_ wsi: OpaquePointer) {
         let seconds = loop.configuration.keepaliveSeconds
         guard seconds > 0 else { return }
-        lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
+        keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
+        rearmTimer()
+    }
+
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// Sets the lws timer to the earliest deadline.
+    private func rearmTimer() {
+        guard let webSocket, let next = [closeDeadline, lingerDeadline, keepaliveDeadline].compactMap({ $0 }).min()
+        else { return }
+        let now = Self.now()
+        let micros = next > now ? (next - now) / 1_000 : 0
+        lws_set_timer_usecs(webSocket, lws_usec_t(max(1, micros)))
+    }
+
+    private func onTimer(_ wsi: OpaquePointer) -> Int32 {
+        guard wsi == webSocket, !webSocketDone else { return 0 }
+        let now = Self.now()
+        if let deadline = closeDeadline, now >= deadline {
+            // The edge did not answer our Close in time.
+            closeDeadline = nil
+            tearDownEdge()
+            return 0
+        }
+        if let deadline = lingerDeadline, now >= deadline {
+            lingerDeadline = nil
+            logger.debug("connection \(id): the half-close linger passed; closing")
+            onLocalEnded()
+            updateInterest()
+        }
+        if let deadline = keepaliveDeadline, now >= deadline, !closeSent {
+            keepaliveTick()
+        }
+        rearmTimer()
+        return 0
     }
 
     /// Every interval (`KeepaliveState` decides): a ping after an interval of silence or of
     /// nothing from the edge; the tunnel is closed after three intervals without a word from it.
-    private func keepaliveTick(_ wsi: OpaquePointer) -> Int32 {
-        guard wsi == webSocket, !webSocketDone else { return 0 }
-        if closeSent {
-            // The edge did not answer our Close in time.
-            tearDownEdge()
-            return 0
-        }
+    private func keepaliveTick() {
         let seconds = loop.configuration.keepaliveSeconds
-        guard seconds > 0 else { return 0 }
+        keepaliveDeadline = nil
+        guard seconds > 0 else { return }
         switch keepalive.tick(sent: bytesToOrigin, received: bytesFromOrigin) {
         case .close:
-            logger.debug("connection \(id): nothing from the edge for \(KeepaliveState.deadAfter * seconds) s; closing the tunnel")
+            logger.debug("connection \(id): the edge did not answer keepalive pings for \(KeepaliveState.deadAfter * seconds) s; closing the tunnel")
             noteEnd(.keepaliveTimeout(seconds: KeepaliveState.deadAfter * seconds))
             closeBoth()
-            return 0
+            return
         case .ping:
             sendControl(opcode: WebSocketFrames.opPing, payload: [])
             updateInterest()
         case .none:
             break
         }
-        lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
-        return 0
+        keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
     }
 
     // MARK: Endings
 
     /// Sends a Close frame (after what is queued) and waits a little for the edge's Close.
     private func sendClose(_ status: lws_close_status) {
-        guard ssl != nil, !closeSent else { return }
-        closeSent = true
-        let code = UInt16(truncatingIfNeeded: status.rawValue)
-        sendControl(opcode: WebSocketFrames.opClose, payload: [UInt8(code >> 8), UInt8(code & 0xFF)])
-        if let webSocket { lws_set_timer_usecs(webSocket, 2_000_000) }
+        guard ssl != nil else { return }
+        guard case .sendClose(let payload) = closing.close(code: UInt16(truncatingIfNeeded: status.rawValue)) else { return }
+        sendControl(opcode: WebSocketFrames.opClose, payload: payload)
+        armCloseDeadline()
+    }
+
+    /// The edge has 2 s to answer our Close (or to take the rest of what is queued).
+    private func armCloseDeadline() {
+        lingerDeadline = nil
+        keepaliveDeadline = nil
+        closeDeadline = Self.now() + 2_000_000_000
+        rearmTimer()
     }
 
     /// Stops using the TLS stream and lets libwebsockets close it (no frame of its own: the
     /// Close frames are ours). The local side gets what is queued for it, then closes.
     private func tearDownEdge() {
+        // A Close handshake we took part in ends the TLS session properly too (close_notify),
+        // unless the stream already broke.
+        if let ssl, closeSent, !edgeBroken {
+            ERR_clear_error()
+            _ = SSL_shutdown(ssl)
+        }
         if edgeFD >= 0 {
             loop.unwatch(fd: edgeFD)
             edgeFD = -1

@@ -41,6 +41,9 @@ public actor AccessTunnel {
         public var resolveOverrides: [ResolveOverride]
         /// An HTTP proxy for the WebSocket dial (see ``ProxySettings/fromEnvironment(_:host:port:)``).
         public var proxy: ProxySettings?
+        /// Seconds a tunnel keeps delivering the edge's bytes after the local side finished
+        /// sending (half-close), unless the edge closes first; 0 closes at once. Default 5.
+        public var halfCloseLinger: Double = 5
 
         /// The library's defaults: 127.0.0.1:0, 15 s, retries after 1/5/15 s, one connection,
         /// keepalive every 30 s.
@@ -279,6 +282,7 @@ public actor AccessTunnel {
                                     handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
                                     keepaliveSeconds: options.keepaliveInterval,
                                     resolveOverrides: options.resolveOverrides, proxy: options.proxy)
+            .withHalfCloseLinger(options.halfCloseLinger)
     }
 
     /// The upgrade request for `origin` with the session's options and one credential.

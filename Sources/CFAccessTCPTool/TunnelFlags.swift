@@ -54,6 +54,9 @@ struct TunnelFlags: ParsableArguments {
     @Option(name: .customLong("keepalive"), help: "Seconds of silence before a WebSocket ping keeps an idle tunnel alive; 0 turns pings off (default 30).")
     var keepalive: Int = 30
 
+    @Option(name: .customLong("half-close-linger"), help: "Seconds the edge's reply still reaches the local side after it finished sending (stdin EOF), unless the edge closes first; 0 closes at once (default 5).")
+    var halfCloseLinger: Int = 5
+
     @Option(name: .customLong("retries"), help: "Retries of a failed connect (network errors only), after 1 s, 5 s, 15 s (default 0).")
     var retries: Int = 0
 
