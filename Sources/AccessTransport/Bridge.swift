@@ -16,27 +16,22 @@ import Glibc
 /// the other first drains what it still holds, then closes — the WebSocket with a Close frame.
 final class Bridge {
     let id: Int
-    private unowned let loop: CarrierLoop
-    private var localFD: Int32
-    private var webSocket: OpaquePointer?
+    unowned let loop: CarrierLoop
+    var localFD: Int32
+    var webSocket: OpaquePointer?
     /// After the upgrade: the WebSocket's TLS session and socket, which the bridge reads and
     /// writes itself (libwebsockets owns and finally frees them).
-    private var ssl: OpaquePointer?
+    var ssl: OpaquePointer?
     private var edgeFD: Int32 = -1
     /// What epoll watches on each socket now.
     private var localEvents: UInt32 = 0
     private var edgeEvents: UInt32 = 0
-    private var closeLocalRequested = false
-    /// No more bytes will come from / go to the WebSocket.
-    private var webSocketDone = false
-    /// No more bytes will come from / go to the local socket.
-    private var localDone = false
-    /// libwebsockets has destroyed the WebSocket wsi (or never made one): no callback can follow.
-    private var webSocketReleased = false
-    /// The local socket is closed: nothing of it remains.
-    private var localReleased = false
-    private var established = false
-    private var reportedFailure = false
+    /// Where each side's life is (see the enums).
+    var local = LocalSide.open
+    var edge = EdgeSide.open
+    /// The upgrade succeeded once (a fact, not a lifetime).
+    var established = false
+    var reportedFailure = false
     /// Framed, masked bytes the TLS stream has not taken yet.
     private var toOrigin = ByteQueue()
     /// Payload the local socket has not taken yet.
@@ -54,15 +49,13 @@ final class Bridge {
     private var edgeBroken = false
     private var closeSent: Bool { closing.sent }
     private var closeReceived: Bool { closing.received }
-    private var tlsReason: String?
+    var tlsReason: String?
     /// Why the tunnel ends: the first cause noted wins.
     private var end: TunnelEnd?
     private var closeWebSocketWith: lws_close_status?
     private(set) var bytesToOrigin = 0
     private(set) var bytesFromOrigin = 0
     private var keepalive = KeepaliveState()
-    /// The local side sent its last byte (EOF) but may still take the edge's reply (half-close).
-    private var localInputDone = false
     /// The one lws timer of the WebSocket serves three deadlines (monotonic nanoseconds): the
     /// edge's answer to our Close, the end of a half-close linger, the next keepalive tick.
     private var closeDeadline: UInt64?
@@ -73,7 +66,7 @@ final class Bridge {
     /// (RFC 6455 §5.5.3 allows answering only the most recent ping).
     private var owedPong: [UInt8]?
 
-    private let handshake: Handshake
+    let handshake: Handshake
 
     init(id: Int, localFD: Int32, loop: CarrierLoop, handshake: Handshake) {
         self.id = id
@@ -83,177 +76,15 @@ final class Bridge {
     }
 
     /// Both sides are gone and no callback can reach this bridge any more.
-    var isFinished: Bool { webSocketReleased && localReleased }
+    var isFinished: Bool { edge == .released && local == .closed }
 
-    private var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
-    private var logger: Logger { loop.logger }
-
-    // MARK: Dialing
-
-    func dial(address: String) {
-        let config = loop.configuration
-        let origin = config.request.origin
-        var flags = Int32(LCCSCF_USE_SSL.rawValue | LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue)
-        if config.connectTo?.skipVerification == true {
-            flags |= Int32(LCCSCF_ALLOW_SELFSIGNED.rawValue | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK.rawValue
-                           | LCCSCF_ALLOW_EXPIRED.rawValue | LCCSCF_ALLOW_INSECURE.rawValue)
-        }
-        let serverName = config.connectTo?.serverName ?? origin.hostHeader
-        logger.debug("connection \(id): dialing \(origin.webSocketURL) via \(address):\(config.dialPort)",
-                     metadata: ["headers": "\(handshake.redactedLines)"])
-        var wsi: OpaquePointer?
-        address.withCString { addr in
-            origin.path.withCString { path in
-                serverName.withCString { host in
-                    CarrierLoop.webSocketProtocolName.withCString { proto in
-                        var info = lws_client_connect_info()
-                        info.context = loop.lwsContext
-                        info.vhost = loop.vhost
-                        info.address = addr
-                        info.port = Int32(config.dialPort)
-                        info.ssl_connection = flags
-                        info.path = path
-                        info.host = host
-                        info.ietf_version_or_minus_one = -1
-                        info.local_protocol_name = proto
-                        info.opaque_user_data = opaque
-                        info.pwsi = withUnsafeMutablePointer(to: &wsi) { $0 }
-                        _ = lws_client_connect_via_info(&info)
-                    }
-                }
-            }
-        }
-        if wsi == nil {
-            // Failed synchronously: the wsi no longer exists, whatever callbacks ran before.
-            // libwebsockets says nothing about why; the usual cause is no route to the edge.
-            if let problem = AddressResolver.routeProblem(address: address, port: config.dialPort) {
-                fail(TunnelFailure.networkUnavailable(detail: "\(address):\(config.dialPort): \(problem)"))
-            } else {
-                fail(TunnelFailure.internalError("libwebsockets refused to start the connection to \(address):\(config.dialPort)"))
-            }
-            webSocketDone = true
-            webSocketReleased = true
-        } else if !webSocketDone {
-            webSocket = wsi
-        }
-    }
-
-    // MARK: Callbacks
-
-    func handle(wsi: OpaquePointer, reason: lws_callback_reasons, user: UnsafeMutableRawPointer?,
-                input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        switch reason {
-        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
-            // The 101 is read a byte at a time, so nothing after it stays in libwebsockets.
-            if let session = lws_get_ssl(wsi) { _ = CCFShim_clamp_reads(session, 1) }
-            return appendHeaders(wsi: wsi, input: input, len: len)
-        case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
-            if len == 0, let store = user {
-                let code = X509_STORE_CTX_get_error(OpaquePointer(store))
-                if let text = X509_verify_cert_error_string(Int(code)) {
-                    tlsReason = String(cString: text)
-                }
-            }
-            return 0
-        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? ""
-            onConnectionError(wsi: wsi, message: message)
-            return 0
-        case LWS_CALLBACK_CLIENT_ESTABLISHED:
-            webSocket = wsi
-            // Armed first: reading what already arrived may start a Close, whose 2 s timer
-            // must stay (12.8).
-            armKeepalive(wsi)
-            onEstablished(wsi: wsi)
-            return 0
-        case LWS_CALLBACK_TIMER:
-            return onTimer(wsi)
-        case LWS_CALLBACK_CLIENT_RECEIVE:
-            // Bytes libwebsockets parsed itself would be out of order with ours: never expected,
-            // since it stops reading at the upgrade.
-            logger.error("connection \(id): libwebsockets delivered WebSocket data after the upgrade; closing")
-            return -1
-        case LWS_CALLBACK_CLIENT_CLOSED:
-            onWebSocketClosed()
-            return 0
-        case LWS_CALLBACK_WSI_DESTROY:
-            webSocket = nil
-            webSocketDone = true
-            webSocketReleased = true
-            if ssl != nil { onWebSocketClosed() }
-            finishIfDone()
-            return 0
-        default:
-            return 0
-        }
-    }
-
-    private func appendHeaders(wsi: OpaquePointer, input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        guard let input else { return -1 }
-        let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
-        guard let start = cursor.pointee else { return -1 }
-        let end = start + len
-        for header in handshake.headers {
-            let failed = header.name.withUnsafeBufferPointer { name in
-                header.value.withUnsafeBufferPointer { value in
-                    lws_add_http_header_by_name(wsi, name.baseAddress, value.baseAddress,
-                                                Int32(value.count - 1), cursor, end) != 0
-                }
-            }
-            if failed {
-                logger.error("connection \(id): the request headers do not fit libwebsockets' buffer")
-                return -1
-            }
-        }
-        return 0
-    }
-
-    private func onConnectionError(wsi: OpaquePointer, message: String) {
-        logger.debug("connection \(id): libwebsockets reports \"\(message)\"")
-        let status = Int(lws_http_client_http_response(wsi))
-        var location: String?
-        if status >= 300 && status < 400 {
-            var buffer = [CChar](repeating: 0, count: 4096)
-            let n = lws_hdr_copy(wsi, &buffer, Int32(buffer.count), WSI_TOKEN_HTTP_LOCATION)
-            if n > 0 { location = String(nulTerminated: buffer) }
-        }
-        let config = loop.configuration
-        let failure = DialFailureClassifier.classify(
-            host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
-            credential: handshake.credential, status: status, location: location, message: message,
-            tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds)
-        webSocket = nil
-        webSocketDone = true
-        fail(failure)
-        finishIfDone()
-    }
-
-    private func fail(_ failure: TunnelFailure) {
-        guard !reportedFailure else { return }
-        reportedFailure = true
-        // The owner reports the plain message to people; the log keeps the technical detail.
-        logger.debug("connection \(id) failed: \(failure.detail)")
-        if !established, !localDone {
-            if handshake.handBackOnRefusal, failure.category == .authentication {
-                let fd = localFD
-                localFD = -1
-                localDone = true
-                localReleased = true
-                loop.onEvent(.refused(id: id, socket: fd, failure))
-                return
-            }
-            Glibc.close(localFD)
-            localFD = -1
-            localDone = true
-            localReleased = true
-        }
-        loop.onEvent(.failed(id: id, failure))
-    }
+    var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+    var logger: Logger { loop.logger }
 
     /// The upgrade succeeded: from here on the bridge reads and writes the TLS stream and the
     /// local socket itself (both watched by the loop's epoll), and libwebsockets only keeps the
     /// connection's TLS session and socket, its timer, and closes them at the end.
-    private func onEstablished(wsi: OpaquePointer) {
+    func onEstablished(wsi: OpaquePointer) {
         established = true
         logger.debug("connection \(id): WebSocket established")
         let fd = lws_get_socket_fd(wsi)
@@ -313,7 +144,7 @@ final class Bridge {
 
     // MARK: Local → origin
 
-    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent && !localInputDone }
+    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent && local == .open }
 
     private func readLocal() {
         let chunk = loop.tuning.chunkSize
@@ -429,7 +260,7 @@ final class Bridge {
         }
         logger.debug("connection \(id): local side finished sending; lingering up to \(linger) s for the edge")
         noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: LWS_CLOSE_STATUS_NORMAL.rawValue)))
-        localInputDone = true
+        local = .inputEnded
         lingerDeadline = Self.now() + UInt64(linger * 1_000_000_000)
         rearmTimer()
     }
@@ -589,7 +420,7 @@ final class Bridge {
             // Resume at once: epoll only announces what is in the kernel.
             readEdge()
         }
-        if toLocal.isEmpty, webSocketDone || closeLocalRequested { closeLocal() }
+        if toLocal.isEmpty, edge != .open || local == .closing { closeLocal() }
     }
 
     // MARK: Interest
@@ -617,7 +448,7 @@ final class Bridge {
 
     // MARK: Keepalive
 
-    private func armKeepalive(_ wsi: OpaquePointer) {
+    func armKeepalive(_ wsi: OpaquePointer) {
         let seconds = loop.configuration.keepaliveSeconds
         guard seconds > 0 else { return }
         keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
@@ -635,8 +466,8 @@ final class Bridge {
         lws_set_timer_usecs(webSocket, lws_usec_t(max(1, micros)))
     }
 
-    private func onTimer(_ wsi: OpaquePointer) -> Int32 {
-        guard wsi == webSocket, !webSocketDone else { return 0 }
+    func onTimer(_ wsi: OpaquePointer) -> Int32 {
+        guard wsi == webSocket, edge == .open else { return 0 }
         let now = Self.now()
         if let deadline = closeDeadline, now >= deadline {
             // The edge did not answer our Close in time.
@@ -710,7 +541,7 @@ final class Bridge {
             edgeFD = -1
         }
         ssl = nil
-        webSocketDone = true
+        edge.finish()
         toOrigin.reset()
         killWebSocket()
         if toLocal.isEmpty { closeLocal() }
@@ -725,14 +556,13 @@ final class Bridge {
         if established { loop.unwatch(fd: localFD) }
         Glibc.close(localFD)
         localFD = -1
-        localDone = true
-        localReleased = true
+        local = .closed
         toLocal.reset()
         finishIfDone()
     }
 
     /// libwebsockets closed the WebSocket (after our teardown, or on its own: context destroyed).
-    private func onWebSocketClosed() {
+    func onWebSocketClosed() {
         logger.debug("connection \(id): WebSocket closed")
         if edgeFD >= 0 {
             loop.unwatch(fd: edgeFD)
@@ -740,7 +570,7 @@ final class Bridge {
         }
         ssl = nil
         webSocket = nil
-        webSocketDone = true
+        edge.finish()
         toOrigin.reset()
         if toLocal.isEmpty { closeLocal() } else { updateInterest() }
         finishIfDone()
@@ -755,16 +585,15 @@ final class Bridge {
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
         noteEnd(.shutdown)
-        closeLocalRequested = true
+        if local != .closed { local = .closing }
         if established {
             closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
             if toLocal.isEmpty { closeLocal() }
             if ssl == nil { killWebSocket() }
-        } else if !localDone {
+        } else if local != .closed {
             Glibc.close(localFD)
             localFD = -1
-            localDone = true
-            localReleased = true
+            local = .closed
         }
     }
 
@@ -783,7 +612,7 @@ final class Bridge {
 
     static func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
 
-    private func finishIfDone() {
+    func finishIfDone() {
         guard isFinished else { return }
         if !reportedFailure {
             let reason = end ?? .reset(detail: "the WebSocket closed")
@@ -791,5 +620,33 @@ final class Bridge {
             loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin, reason: reason))
         }
         loop.forget(self)
+    }
+}
+
+/// The local socket's life, from the bridge's side.
+enum LocalSide: Equatable {
+    /// Read and written.
+    case open
+    /// The local peer sent its last byte (EOF): only written to, for the edge's reply
+    /// (half-close), until the edge closes or the linger passes.
+    case inputEnded
+    /// To be closed once what is queued for it is written (shutdown).
+    case closing
+    /// Closed (or handed back): nothing of it remains.
+    case closed
+}
+
+/// The WebSocket's life, from the bridge's side.
+enum EdgeSide: Equatable {
+    /// Dialling or established: bytes may come and go.
+    case open
+    /// No more bytes will come from or go to it; libwebsockets still holds the wsi.
+    case done
+    /// libwebsockets destroyed the wsi (or never made one): no callback can follow.
+    case released
+
+    /// No more I/O (a released side stays released).
+    mutating func finish() {
+        if self == .open { self = .done }
     }
 }
