@@ -129,7 +129,7 @@ final class Bridge {
                     // Nothing more can be read or written there.
                     onLocalEnded()
                 } else {
-                    readLocal()
+                    readLocal(peerGone: failed)
                 }
             }
         case .edge:
@@ -146,7 +146,9 @@ final class Bridge {
 
     private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent && local == .open }
 
-    private func readLocal() {
+    /// Reads the local socket. `peerGone`: epoll reported a hang-up (a Unix socket's peer closed
+    /// it entirely), so its EOF is the end, not a half-close worth lingering for.
+    private func readLocal(peerGone: Bool = false) {
         let chunk = loop.tuning.chunkSize
         let payload = loop.txBuffer + WebSocketFrames.maxClientHeader
         // A few reads per event, so one busy connection cannot starve the others.
@@ -158,7 +160,7 @@ final class Bridge {
                 sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
                 if n < chunk { return }
             } else if n == 0 {
-                onLocalEOF()
+                if peerGone { onLocalEnded() } else { onLocalEOF() }
                 return
             } else {
                 if errno == EINTR { continue }
