@@ -202,7 +202,7 @@ def serve(conn, args, index):
                 send_all(conn, burst)
                 sent += len(burst)
         except (ssl.SSLError, OSError) as error:
-            log("flood-ended %s after %d bytes" % (type(error).__name__, sent))
+            log("flood-ended %s %d" % (type(error).__name__, sent))
     elif mode == "violation":
         send_all(conn, hello + bytes([0x83, 0x00]))
         drain_until_close(conn, frames, answer=False)

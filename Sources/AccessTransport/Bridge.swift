@@ -43,6 +43,12 @@ final class Bridge {
     private var localPaused = false
     /// Reading the TLS stream is paused: `toLocal` is above the high watermark.
     private var webSocketPaused = false
+    /// `toOrigin` holds bytes of a data frame (not only control frames).
+    private var queueHoldsData = false
+    /// Reading the TLS stream is paused: the local side cannot take more, or the edge sends
+    /// pings while it does not read even our pong (and no data of ours waits for it, so the pause
+    /// cannot starve a flow that needs the edge to read first).
+    private var edgeReadPaused: Bool { webSocketPaused || (owedPong != nil && !queueHoldsData) }
     /// Our Close frame and the edge's.
     private var closing = CloseHandshake()
     /// The TLS stream failed (read or write error, reset): no close_notify can follow.
@@ -136,7 +142,7 @@ final class Bridge {
             guard ssl != nil else { return }
             if events & EPOLLOUT.rawValue != 0 { flushEdge() }
             if events & EPOLLIN.rawValue != 0 || failed {
-                if failed && webSocketPaused { tearDownEdge() } else { readEdge() }
+                if failed && edgeReadPaused { tearDownEdge() } else { readEdge() }
             }
         }
         updateInterest()
@@ -177,7 +183,8 @@ final class Bridge {
     private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) {
         let key = UInt32.random(in: .min ... .max, using: &random)
         let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
-        writeEdge(UnsafeRawBufferPointer(start: frame, count: payload + count - frame))
+        writeEdge(UnsafeRawBufferPointer(start: frame, count: payload + count - frame),
+                  isData: opcode == WebSocketFrames.opBinary)
     }
 
     private func sendControl(opcode: UInt8, payload: [UInt8]) {
@@ -188,7 +195,7 @@ final class Bridge {
     }
 
     /// Writes framed bytes to the TLS stream, queueing what the socket does not take now.
-    private func writeEdge(_ bytes: UnsafeRawBufferPointer) {
+    private func writeEdge(_ bytes: UnsafeRawBufferPointer, isData: Bool) {
         guard ssl != nil else { return }
         var offset = 0
         if toOrigin.isEmpty {
@@ -206,6 +213,7 @@ final class Bridge {
         }
         if offset < bytes.count {
             toOrigin.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            if isData { queueHoldsData = true }
             if toOrigin.count >= loop.tuning.highWatermark { localPaused = true }
         }
     }
@@ -244,9 +252,12 @@ final class Bridge {
             if sent == 0 { break }
         }
         if localPaused, toOrigin.count <= loop.tuning.lowWatermark { localPaused = false }
+        if toOrigin.isEmpty { queueHoldsData = false }
         if toOrigin.isEmpty, let pong = owedPong, !closeSent {
             owedPong = nil
             sendControl(opcode: WebSocketFrames.opPong, payload: pong)
+            // Reading resumes at once: OpenSSL may hold bytes epoll cannot announce.
+            if !edgeReadPaused { readEdge() }
         }
         if toOrigin.isEmpty, closeSent, closeReceived { tearDownEdge() }
     }
@@ -281,7 +292,7 @@ final class Bridge {
         let buffer = loop.rxBuffer
         let capacity = loop.rxCapacity
         var budget = 1 << 20
-        while ssl != nil, !webSocketPaused, budget > 0 {
+        while ssl != nil, !edgeReadPaused, budget > 0 {
             var filled = 0
             var drained = false
             var ended = false
@@ -439,7 +450,7 @@ final class Bridge {
         }
         if ssl != nil, edgeFD >= 0 {
             var want: UInt32 = 0
-            if !webSocketPaused { want |= EPOLLIN.rawValue }
+            if !edgeReadPaused { want |= EPOLLIN.rawValue }
             if !toOrigin.isEmpty { want |= EPOLLOUT.rawValue }
             if want != edgeEvents {
                 edgeEvents = want
