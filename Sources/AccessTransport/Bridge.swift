@@ -16,27 +16,22 @@ import Glibc
 /// the other first drains what it still holds, then closes — the WebSocket with a Close frame.
 final class Bridge {
     let id: Int
-    private unowned let loop: CarrierLoop
-    private var localFD: Int32
-    private var webSocket: OpaquePointer?
+    unowned let loop: CarrierLoop
+    var localFD: Int32
+    var webSocket: OpaquePointer?
     /// After the upgrade: the WebSocket's TLS session and socket, which the bridge reads and
     /// writes itself (libwebsockets owns and finally frees them).
-    private var ssl: OpaquePointer?
+    var ssl: OpaquePointer?
     private var edgeFD: Int32 = -1
     /// What epoll watches on each socket now.
     private var localEvents: UInt32 = 0
     private var edgeEvents: UInt32 = 0
-    private var closeLocalRequested = false
-    /// No more bytes will come from / go to the WebSocket.
-    private var webSocketDone = false
-    /// No more bytes will come from / go to the local socket.
-    private var localDone = false
-    /// libwebsockets has destroyed the WebSocket wsi (or never made one): no callback can follow.
-    private var webSocketReleased = false
-    /// The local socket is closed: nothing of it remains.
-    private var localReleased = false
-    private var established = false
-    private var reportedFailure = false
+    /// Where each side's life is (see the enums).
+    var local = LocalSide.open
+    var edge = EdgeSide.open
+    /// The upgrade succeeded once (a fact, not a lifetime).
+    var established = false
+    var reportedFailure = false
     /// Framed, masked bytes the TLS stream has not taken yet.
     private var toOrigin = ByteQueue()
     /// Payload the local socket has not taken yet.
@@ -48,19 +43,36 @@ final class Bridge {
     private var localPaused = false
     /// Reading the TLS stream is paused: `toLocal` is above the high watermark.
     private var webSocketPaused = false
-    /// Our Close frame is sent (or queued); the edge's Close frame has arrived.
-    private var closeSent = false
-    private var closeReceived = false
-    private var tlsReason: String?
+    /// `toOrigin` holds bytes of a data frame (not only control frames).
+    private var queueHoldsData = false
+    /// Reading the TLS stream is paused: the local side cannot take more, or the edge sends
+    /// pings while it does not read even our pong (and no data of ours waits for it, so the pause
+    /// cannot starve a flow that needs the edge to read first).
+    private var edgeReadPaused: Bool { webSocketPaused || (owedPong != nil && !queueHoldsData) }
+    /// Our Close frame and the edge's.
+    private var closing = CloseHandshake()
+    /// The TLS stream failed (read or write error, reset): no close_notify can follow.
+    private var edgeBroken = false
+    private var closeSent: Bool { closing.sent }
+    private var closeReceived: Bool { closing.received }
+    var tlsReason: String?
+    /// Why the tunnel ends: the first cause noted wins.
+    private var end: TunnelEnd?
     private var closeWebSocketWith: lws_close_status?
     private(set) var bytesToOrigin = 0
     private(set) var bytesFromOrigin = 0
-    // Keepalive: counters seen at the last timer, and pings the edge has not answered since.
-    private var keepaliveSnapshot = (toOrigin: 0, fromOrigin: 0)
-    private var unansweredPings = 0
-    private var heardPong = false
+    private var keepalive = KeepaliveState()
+    /// The one lws timer of the WebSocket serves three deadlines (monotonic nanoseconds): the
+    /// edge's answer to our Close, the end of a half-close linger, the next keepalive tick.
+    private var closeDeadline: UInt64?
+    private var lingerDeadline: UInt64?
+    private var keepaliveDeadline: UInt64?
+    /// The payload of the newest ping not answered yet because bytes for the edge are still
+    /// queued: a ping flood from an edge that does not read costs one pong, not a queue of them
+    /// (RFC 6455 §5.5.3 allows answering only the most recent ping).
+    private var owedPong: [UInt8]?
 
-    private let handshake: Handshake
+    let handshake: Handshake
 
     init(id: Int, localFD: Int32, loop: CarrierLoop, handshake: Handshake) {
         self.id = id
@@ -70,173 +82,15 @@ final class Bridge {
     }
 
     /// Both sides are gone and no callback can reach this bridge any more.
-    var isFinished: Bool { webSocketReleased && localReleased }
+    var isFinished: Bool { edge == .released && local == .closed }
 
-    private var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
-    private var logger: Logger { loop.logger }
-
-    // MARK: Dialing
-
-    func dial(address: String) {
-        let config = loop.configuration
-        let origin = config.request.origin
-        var flags = Int32(LCCSCF_USE_SSL.rawValue | LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue)
-        if config.connectTo?.skipVerification == true {
-            flags |= Int32(LCCSCF_ALLOW_SELFSIGNED.rawValue | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK.rawValue
-                           | LCCSCF_ALLOW_EXPIRED.rawValue | LCCSCF_ALLOW_INSECURE.rawValue)
-        }
-        let serverName = config.connectTo?.serverName ?? origin.hostHeader
-        logger.debug("connection \(id): dialing \(origin.webSocketURL) via \(address):\(config.dialPort)",
-                     metadata: ["headers": "\(handshake.redactedLines)"])
-        var wsi: OpaquePointer?
-        address.withCString { addr in
-            origin.path.withCString { path in
-                serverName.withCString { host in
-                    CarrierLoop.webSocketProtocolName.withCString { proto in
-                        var info = lws_client_connect_info()
-                        info.context = loop.lwsContext
-                        info.vhost = loop.vhost
-                        info.address = addr
-                        info.port = Int32(config.dialPort)
-                        info.ssl_connection = flags
-                        info.path = path
-                        info.host = host
-                        info.ietf_version_or_minus_one = -1
-                        info.local_protocol_name = proto
-                        info.opaque_user_data = opaque
-                        info.pwsi = withUnsafeMutablePointer(to: &wsi) { $0 }
-                        _ = lws_client_connect_via_info(&info)
-                    }
-                }
-            }
-        }
-        if wsi == nil {
-            // Failed synchronously: the wsi no longer exists, whatever callbacks ran before.
-            // libwebsockets says nothing about why; the usual cause is no route to the edge.
-            if let problem = AddressResolver.routeProblem(address: address, port: config.dialPort) {
-                fail(TunnelFailure.networkUnavailable(detail: "\(address):\(config.dialPort): \(problem)"))
-            } else {
-                fail(TunnelFailure.internalError("libwebsockets refused to start the connection to \(address):\(config.dialPort)"))
-            }
-            webSocketDone = true
-            webSocketReleased = true
-        } else if !webSocketDone {
-            webSocket = wsi
-        }
-    }
-
-    // MARK: Callbacks
-
-    func handle(wsi: OpaquePointer, reason: lws_callback_reasons, user: UnsafeMutableRawPointer?,
-                input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        switch reason {
-        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
-            return appendHeaders(wsi: wsi, input: input, len: len)
-        case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
-            if len == 0, let store = user {
-                let code = X509_STORE_CTX_get_error(OpaquePointer(store))
-                if let text = X509_verify_cert_error_string(Int(code)) {
-                    tlsReason = String(cString: text)
-                }
-            }
-            return 0
-        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? ""
-            onConnectionError(wsi: wsi, message: message)
-            return 0
-        case LWS_CALLBACK_CLIENT_ESTABLISHED:
-            webSocket = wsi
-            onEstablished(wsi: wsi)
-            armKeepalive(wsi)
-            return 0
-        case LWS_CALLBACK_TIMER:
-            return keepaliveTick(wsi)
-        case LWS_CALLBACK_CLIENT_RECEIVE:
-            // Bytes libwebsockets parsed itself would be out of order with ours: never expected,
-            // since it stops reading at the upgrade.
-            logger.error("connection \(id): libwebsockets delivered WebSocket data after the upgrade; closing")
-            return -1
-        case LWS_CALLBACK_CLIENT_CLOSED:
-            onWebSocketClosed()
-            return 0
-        case LWS_CALLBACK_WSI_DESTROY:
-            webSocket = nil
-            webSocketDone = true
-            webSocketReleased = true
-            if ssl != nil { onWebSocketClosed() }
-            finishIfDone()
-            return 0
-        default:
-            return 0
-        }
-    }
-
-    private func appendHeaders(wsi: OpaquePointer, input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        guard let input else { return -1 }
-        let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
-        guard let start = cursor.pointee else { return -1 }
-        let end = start + len
-        for header in handshake.headers {
-            let failed = header.name.withUnsafeBufferPointer { name in
-                header.value.withUnsafeBufferPointer { value in
-                    lws_add_http_header_by_name(wsi, name.baseAddress, value.baseAddress,
-                                                Int32(value.count - 1), cursor, end) != 0
-                }
-            }
-            if failed {
-                logger.error("connection \(id): the request headers do not fit libwebsockets' buffer")
-                return -1
-            }
-        }
-        return 0
-    }
-
-    private func onConnectionError(wsi: OpaquePointer, message: String) {
-        logger.debug("connection \(id): libwebsockets reports \"\(message)\"")
-        let status = Int(lws_http_client_http_response(wsi))
-        var location: String?
-        if status >= 300 && status < 400 {
-            var buffer = [CChar](repeating: 0, count: 4096)
-            let n = lws_hdr_copy(wsi, &buffer, Int32(buffer.count), WSI_TOKEN_HTTP_LOCATION)
-            if n > 0 { location = String(nulTerminated: buffer) }
-        }
-        let config = loop.configuration
-        let failure = DialFailureClassifier.classify(
-            host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
-            credential: handshake.credential, status: status, location: location, message: message,
-            tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds)
-        webSocket = nil
-        webSocketDone = true
-        fail(failure)
-        finishIfDone()
-    }
-
-    private func fail(_ failure: TunnelFailure) {
-        guard !reportedFailure else { return }
-        reportedFailure = true
-        // The owner reports the plain message to people; the log keeps the technical detail.
-        logger.debug("connection \(id) failed: \(failure.detail)")
-        if !established, !localDone {
-            if handshake.handBackOnRefusal, failure.category == .authentication {
-                let fd = localFD
-                localFD = -1
-                localDone = true
-                localReleased = true
-                loop.onEvent(.refused(id: id, socket: fd, failure))
-                return
-            }
-            Glibc.close(localFD)
-            localFD = -1
-            localDone = true
-            localReleased = true
-        }
-        loop.onEvent(.failed(id: id, failure))
-    }
+    var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+    var logger: Logger { loop.logger }
 
     /// The upgrade succeeded: from here on the bridge reads and writes the TLS stream and the
     /// local socket itself (both watched by the loop's epoll), and libwebsockets only keeps the
     /// connection's TLS session and socket, its timer, and closes them at the end.
-    private func onEstablished(wsi: OpaquePointer) {
+    func onEstablished(wsi: OpaquePointer) {
         established = true
         logger.debug("connection \(id): WebSocket established")
         let fd = lws_get_socket_fd(wsi)
@@ -246,6 +100,7 @@ final class Bridge {
             killWebSocket()
             return
         }
+        _ = CCFShim_clamp_reads(session, 0)
         logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
         // libwebsockets must not read this socket any more: its per-byte frame parser is slow.
         _ = lws_rx_flow_control(wsi, 0)
@@ -280,14 +135,14 @@ final class Bridge {
                     // Nothing more can be read or written there.
                     onLocalEnded()
                 } else {
-                    readLocal()
+                    readLocal(peerGone: failed)
                 }
             }
         case .edge:
             guard ssl != nil else { return }
             if events & EPOLLOUT.rawValue != 0 { flushEdge() }
             if events & EPOLLIN.rawValue != 0 || failed {
-                if failed && webSocketPaused { tearDownEdge() } else { readEdge() }
+                if failed && edgeReadPaused { tearDownEdge() } else { readEdge() }
             }
         }
         updateInterest()
@@ -295,9 +150,11 @@ final class Bridge {
 
     // MARK: Local → origin
 
-    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent }
+    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent && local == .open }
 
-    private func readLocal() {
+    /// Reads the local socket. `peerGone`: epoll reported a hang-up (a Unix socket's peer closed
+    /// it entirely), so its EOF is the end, not a half-close worth lingering for.
+    private func readLocal(peerGone: Bool = false) {
         let chunk = loop.tuning.chunkSize
         let payload = loop.txBuffer + WebSocketFrames.maxClientHeader
         // A few reads per event, so one busy connection cannot starve the others.
@@ -309,11 +166,14 @@ final class Bridge {
                 sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
                 if n < chunk { return }
             } else if n == 0 {
-                onLocalEnded()
+                if peerGone { onLocalEnded() } else { onLocalEOF() }
                 return
             } else {
                 if errno == EINTR { continue }
-                if errno != EAGAIN && errno != EWOULDBLOCK { onLocalEnded() }
+                if errno != EAGAIN && errno != EWOULDBLOCK {
+                    noteEnd(.localIOFailed(detail: "reading the local connection failed: \(Self.errorText(errno))"))
+                    onLocalEnded()
+                }
                 return
             }
         }
@@ -323,7 +183,8 @@ final class Bridge {
     private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) {
         let key = UInt32.random(in: .min ... .max, using: &random)
         let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
-        writeEdge(UnsafeRawBufferPointer(start: frame, count: payload + count - frame))
+        writeEdge(UnsafeRawBufferPointer(start: frame, count: payload + count - frame),
+                  isData: opcode == WebSocketFrames.opBinary)
     }
 
     private func sendControl(opcode: UInt8, payload: [UInt8]) {
@@ -334,7 +195,7 @@ final class Bridge {
     }
 
     /// Writes framed bytes to the TLS stream, queueing what the socket does not take now.
-    private func writeEdge(_ bytes: UnsafeRawBufferPointer) {
+    private func writeEdge(_ bytes: UnsafeRawBufferPointer, isData: Bool) {
         guard ssl != nil else { return }
         var offset = 0
         if toOrigin.isEmpty {
@@ -352,6 +213,7 @@ final class Bridge {
         }
         if offset < bytes.count {
             toOrigin.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            if isData { queueHoldsData = true }
             if toOrigin.count >= loop.tuning.highWatermark { localPaused = true }
         }
     }
@@ -362,10 +224,18 @@ final class Bridge {
         ERR_clear_error()
         let r = SSL_write(ssl, p, Int32(min(count, 1 << 30)))
         if r > 0 { return Int(r) }
-        switch SSL_get_error(ssl, r) {
+        let error = SSL_get_error(ssl, r)
+        let code = errno
+        switch error {
         case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ: return 0
         default:
-            logger.info("connection \(id): writing to the WebSocket failed")
+            edgeBroken = true
+            logger.debug("connection \(id): writing to the WebSocket failed")
+            if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
+                noteEnd(.reset(detail: Self.errorText(code)))
+            } else {
+                noteEnd(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? Self.errorText(code) : "TLS error \(error)"))
+            }
             return -1
         }
     }
@@ -382,12 +252,36 @@ final class Bridge {
             if sent == 0 { break }
         }
         if localPaused, toOrigin.count <= loop.tuning.lowWatermark { localPaused = false }
+        if toOrigin.isEmpty { queueHoldsData = false }
+        if toOrigin.isEmpty, let pong = owedPong, !closeSent {
+            owedPong = nil
+            sendControl(opcode: WebSocketFrames.opPong, payload: pong)
+            // Reading resumes at once: OpenSSL may hold bytes epoll cannot announce.
+            if !edgeReadPaused { readEdge() }
+        }
         if toOrigin.isEmpty, closeSent, closeReceived { tearDownEdge() }
+    }
+
+    /// The local peer sent its last byte (stdin EOF, `shutdown(SHUT_WR)`, or a close we cannot
+    /// tell apart from one). A WebSocket has no half-close, so the Close frame waits: the edge's
+    /// reply still reaches the local side until the edge closes or the linger passes.
+    private func onLocalEOF() {
+        let linger = loop.configuration.halfCloseLingerSeconds
+        guard linger > 0, !closeSent else {
+            onLocalEnded()
+            return
+        }
+        logger.debug("connection \(id): local side finished sending; lingering up to \(linger) s for the edge")
+        noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: LWS_CLOSE_STATUS_NORMAL.rawValue)))
+        local = .inputEnded
+        lingerDeadline = Self.now() + UInt64(linger * 1_000_000_000)
+        rearmTimer()
     }
 
     /// The local peer closed (or failed): the WebSocket ends with a Close frame after what is queued.
     private func onLocalEnded() {
         logger.debug("connection \(id): local side closed")
+        noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: (closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL).rawValue)))
         closeLocal()
         sendClose(closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL)
     }
@@ -398,24 +292,41 @@ final class Bridge {
         let buffer = loop.rxBuffer
         let capacity = loop.rxCapacity
         var budget = 1 << 20
-        while ssl != nil, !webSocketPaused, budget > 0 {
+        while ssl != nil, !edgeReadPaused, budget > 0 {
             var filled = 0
             var drained = false
             var ended = false
+            var endDetail = ""
+
             // Whole records only (the space left is at least one record), so OpenSSL keeps no
             // decrypted bytes back that epoll would not announce.
             while capacity - filled >= 16 << 10 + 256, let ssl {
                 ERR_clear_error()
                 let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
                 if r > 0 { filled += Int(r); continue }
+                let code = errno
                 let error = SSL_get_error(ssl, r)
-                if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE { drained = true } else { ended = true }
+                if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE {
+                    drained = true
+                } else {
+                    ended = true
+                    switch error {
+                    case SSL_ERROR_ZERO_RETURN: endDetail = "TLS closed without a WebSocket Close"
+                    case SSL_ERROR_SYSCALL: endDetail = code == 0 ? "the connection ended without a WebSocket Close" : Self.errorText(code)
+                    default: endDetail = "TLS error"
+                    }
+                }
                 break
             }
-            if filled > 0 { onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled)) }
+            if filled > 0 {
+                keepalive.heardFromEdge()
+                onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled))
+            }
             budget -= filled
             if ended {
-                logger.debug("connection \(id): the WebSocket's TLS stream ended")
+                edgeBroken = true
+                logger.debug("connection \(id): the WebSocket's TLS stream ended (\(endDetail))")
+                if !closeReceived { noteEnd(.reset(detail: endDetail)) }
                 tearDownEdge()
                 return
             }
@@ -435,31 +346,43 @@ final class Bridge {
                 deliverToLocal(payload)
                 return true
             case .pong:
-                heardPong = true
                 return true
             case .ping(let payload):
-                if !closeSent { sendControl(opcode: WebSocketFrames.opPong, payload: payload) }
+                guard !closeSent else { return true }
+                if toOrigin.isEmpty {
+                    sendControl(opcode: WebSocketFrames.opPong, payload: payload)
+                } else {
+                    owedPong = Array(payload.prefix(125))
+                }
                 return true
             case .close(let payload):
-                logger.debug("connection \(id): the edge sent a Close frame")
-                closeReceived = true
-                if !closeSent {
-                    closeSent = true
-                    // Echo the status code (RFC 6455 §5.5.1).
-                    sendControl(opcode: WebSocketFrames.opClose, payload: Array(payload.prefix(2)))
+                let (verdict, action) = closing.receive(payload)
+                switch verdict {
+                case .valid(let code):
+                    logger.debug("connection \(id): the edge sent a Close frame (\(code.map(String.init) ?? "no code"))")
+                    noteEnd(.closedByEdge(code: code))
+                case .malformed(let what):
+                    logger.debug("connection \(id): the edge sent \(what); answering with Close 1002")
+                    noteEnd(.protocolViolation(detail: what))
+                }
+                if case .sendClose(let answer) = action {
+                    sendControl(opcode: WebSocketFrames.opClose, payload: answer)
+                    armCloseDeadline()
                 }
                 readerStopped = true
                 if toOrigin.isEmpty { tearDownEdge() }
                 return false
             case .text:
                 if !closeSent {
-                    logger.error("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
+                    logger.debug("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
+                    noteEnd(.protocolViolation(detail: "a text frame; only binary frames carry tunnel bytes"))
                     closeWebSocketWith = LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE
                     sendClose(LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
                 }
                 return true
             case .violation(let what):
-                logger.error("connection \(id): the edge sent \(what); closing the tunnel")
+                logger.debug("connection \(id): the edge sent \(what); closing the tunnel")
+                noteEnd(.protocolViolation(detail: what))
                 readerStopped = true
                 sendClose(LWS_CLOSE_STATUS_PROTOCOL_ERR)
                 return false
@@ -475,6 +398,7 @@ final class Bridge {
                 if n > 0 { offset += n; continue }
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(n < 0 ? errno : EPIPE))"))
                 onLocalEnded()
                 return
             }
@@ -488,12 +412,20 @@ final class Bridge {
     private func flushLocal() {
         while !toLocal.isEmpty, localFD >= 0 {
             var failed = false
+            var failure: Int32 = 0
             let sent = toLocal.consume(upTo: 1 << 20) { chunk in
                 let n = send(localFD, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
-                if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR { failed = true }
+                if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
+                    failed = true
+                    failure = errno
+                }
                 return max(0, n)
             }
-            if failed { onLocalEnded(); return }
+            if failed {
+                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(failure))"))
+                onLocalEnded()
+                return
+            }
             if sent == 0 { break }
         }
         if webSocketPaused, toLocal.count <= loop.tuning.lowWatermark {
@@ -501,7 +433,7 @@ final class Bridge {
             // Resume at once: epoll only announces what is in the kernel.
             readEdge()
         }
-        if toLocal.isEmpty, webSocketDone || closeLocalRequested { closeLocal() }
+        if toLocal.isEmpty, edge != .open || local == .closing { closeLocal() }
     }
 
     // MARK: Interest
@@ -518,7 +450,7 @@ final class Bridge {
         }
         if ssl != nil, edgeFD >= 0 {
             var want: UInt32 = 0
-            if !webSocketPaused { want |= EPOLLIN.rawValue }
+            if !edgeReadPaused { want |= EPOLLIN.rawValue }
             if !toOrigin.isEmpty { want |= EPOLLOUT.rawValue }
             if want != edgeEvents {
                 edgeEvents = want
@@ -529,63 +461,100 @@ final class Bridge {
 
     // MARK: Keepalive
 
-    private func armKeepalive(_ wsi: OpaquePointer) {
+    func armKeepalive(_ wsi: OpaquePointer) {
         let seconds = loop.configuration.keepaliveSeconds
         guard seconds > 0 else { return }
-        keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
-        lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
+        keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
+        rearmTimer()
     }
 
-    /// Every interval: an idle tunnel sends a ping; three intervals of pings without any answer
-    /// (no pong, no data) mean the edge or the path is gone, so the tunnel is closed.
-    private func keepaliveTick(_ wsi: OpaquePointer) -> Int32 {
-        guard wsi == webSocket, !webSocketDone else { return 0 }
-        if closeSent {
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// Sets the lws timer to the earliest deadline.
+    private func rearmTimer() {
+        guard let webSocket, let next = [closeDeadline, lingerDeadline, keepaliveDeadline].compactMap({ $0 }).min()
+        else { return }
+        let now = Self.now()
+        let micros = next > now ? (next - now) / 1_000 : 0
+        lws_set_timer_usecs(webSocket, lws_usec_t(max(1, micros)))
+    }
+
+    func onTimer(_ wsi: OpaquePointer) -> Int32 {
+        guard wsi == webSocket, edge == .open else { return 0 }
+        let now = Self.now()
+        if let deadline = closeDeadline, now >= deadline {
             // The edge did not answer our Close in time.
+            closeDeadline = nil
             tearDownEdge()
             return 0
         }
-        let seconds = loop.configuration.keepaliveSeconds
-        guard seconds > 0 else { return 0 }
-        let heard = heardPong || bytesFromOrigin != keepaliveSnapshot.fromOrigin
-        let active = heard || bytesToOrigin != keepaliveSnapshot.toOrigin
-        if heard { unansweredPings = 0 }
-        heardPong = false
-        keepaliveSnapshot = (bytesToOrigin, bytesFromOrigin)
-        if unansweredPings >= 3 {
-            logger.warning("connection \(id): the edge did not answer keepalive pings for \(3 * seconds) s; closing the tunnel")
-            closeBoth()
-            return 0
-        }
-        if !active {
-            unansweredPings += 1
-            sendControl(opcode: WebSocketFrames.opPing, payload: [])
+        if let deadline = lingerDeadline, now >= deadline {
+            lingerDeadline = nil
+            logger.debug("connection \(id): the half-close linger passed; closing")
+            onLocalEnded()
             updateInterest()
         }
-        lws_set_timer_usecs(wsi, lws_usec_t(seconds) * 1_000_000)
+        if let deadline = keepaliveDeadline, now >= deadline, !closeSent {
+            keepaliveTick()
+        }
+        rearmTimer()
         return 0
+    }
+
+    /// Every interval (`KeepaliveState` decides): a ping after an interval of silence or of
+    /// nothing from the edge; the tunnel is closed after three intervals without a word from it.
+    private func keepaliveTick() {
+        let seconds = loop.configuration.keepaliveSeconds
+        keepaliveDeadline = nil
+        guard seconds > 0 else { return }
+        switch keepalive.tick(sent: bytesToOrigin, received: bytesFromOrigin) {
+        case .close:
+            logger.debug("connection \(id): the edge did not answer keepalive pings for \(KeepaliveState.deadAfter * seconds) s; closing the tunnel")
+            noteEnd(.keepaliveTimeout(seconds: KeepaliveState.deadAfter * seconds))
+            closeBoth()
+            return
+        case .ping:
+            sendControl(opcode: WebSocketFrames.opPing, payload: [])
+            updateInterest()
+        case .none:
+            break
+        }
+        keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
     }
 
     // MARK: Endings
 
     /// Sends a Close frame (after what is queued) and waits a little for the edge's Close.
     private func sendClose(_ status: lws_close_status) {
-        guard ssl != nil, !closeSent else { return }
-        closeSent = true
-        let code = UInt16(truncatingIfNeeded: status.rawValue)
-        sendControl(opcode: WebSocketFrames.opClose, payload: [UInt8(code >> 8), UInt8(code & 0xFF)])
-        if let webSocket { lws_set_timer_usecs(webSocket, 2_000_000) }
+        guard ssl != nil else { return }
+        guard case .sendClose(let payload) = closing.close(code: UInt16(truncatingIfNeeded: status.rawValue)) else { return }
+        sendControl(opcode: WebSocketFrames.opClose, payload: payload)
+        armCloseDeadline()
+    }
+
+    /// The edge has 2 s to answer our Close (or to take the rest of what is queued).
+    private func armCloseDeadline() {
+        lingerDeadline = nil
+        keepaliveDeadline = nil
+        closeDeadline = Self.now() + 2_000_000_000
+        rearmTimer()
     }
 
     /// Stops using the TLS stream and lets libwebsockets close it (no frame of its own: the
     /// Close frames are ours). The local side gets what is queued for it, then closes.
     private func tearDownEdge() {
+        // A Close handshake we took part in ends the TLS session properly too (close_notify),
+        // unless the stream already broke.
+        if let ssl, closeSent, !edgeBroken {
+            ERR_clear_error()
+            _ = SSL_shutdown(ssl)
+        }
         if edgeFD >= 0 {
             loop.unwatch(fd: edgeFD)
             edgeFD = -1
         }
         ssl = nil
-        webSocketDone = true
+        edge.finish()
         toOrigin.reset()
         killWebSocket()
         if toLocal.isEmpty { closeLocal() }
@@ -600,14 +569,13 @@ final class Bridge {
         if established { loop.unwatch(fd: localFD) }
         Glibc.close(localFD)
         localFD = -1
-        localDone = true
-        localReleased = true
+        local = .closed
         toLocal.reset()
         finishIfDone()
     }
 
     /// libwebsockets closed the WebSocket (after our teardown, or on its own: context destroyed).
-    private func onWebSocketClosed() {
+    func onWebSocketClosed() {
         logger.debug("connection \(id): WebSocket closed")
         if edgeFD >= 0 {
             loop.unwatch(fd: edgeFD)
@@ -615,7 +583,7 @@ final class Bridge {
         }
         ssl = nil
         webSocket = nil
-        webSocketDone = true
+        edge.finish()
         toOrigin.reset()
         if toLocal.isEmpty { closeLocal() } else { updateInterest() }
         finishIfDone()
@@ -629,16 +597,16 @@ final class Bridge {
 
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
-        closeLocalRequested = true
+        noteEnd(.shutdown)
+        if local != .closed { local = .closing }
         if established {
             closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
             if toLocal.isEmpty { closeLocal() }
             if ssl == nil { killWebSocket() }
-        } else if !localDone {
+        } else if local != .closed {
             Glibc.close(localFD)
             localFD = -1
-            localDone = true
-            localReleased = true
+            local = .closed
         }
     }
 
@@ -650,11 +618,48 @@ final class Bridge {
         }
     }
 
-    private func finishIfDone() {
+    /// Remembers why the tunnel ends, unless an earlier cause is known.
+    private func noteEnd(_ reason: TunnelEnd) {
+        if end == nil { end = reason }
+    }
+
+    static func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
+
+    func finishIfDone() {
         guard isFinished else { return }
         if !reportedFailure {
-            loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin))
+            let reason = end ?? .reset(detail: "the WebSocket closed")
+            logger.debug("connection \(id) ended: \(reason)")
+            loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin, reason: reason))
         }
         loop.forget(self)
+    }
+}
+
+/// The local socket's life, from the bridge's side.
+enum LocalSide: Equatable {
+    /// Read and written.
+    case open
+    /// The local peer sent its last byte (EOF): only written to, for the edge's reply
+    /// (half-close), until the edge closes or the linger passes.
+    case inputEnded
+    /// To be closed once what is queued for it is written (shutdown).
+    case closing
+    /// Closed (or handed back): nothing of it remains.
+    case closed
+}
+
+/// The WebSocket's life, from the bridge's side.
+enum EdgeSide: Equatable {
+    /// Dialling or established: bytes may come and go.
+    case open
+    /// No more bytes will come from or go to it; libwebsockets still holds the wsi.
+    case done
+    /// libwebsockets destroyed the wsi (or never made one): no callback can follow.
+    case released
+
+    /// No more I/O (a released side stays released).
+    mutating func finish() {
+        if self == .open { self = .done }
     }
 }

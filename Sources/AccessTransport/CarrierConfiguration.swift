@@ -20,6 +20,16 @@ public struct CarrierConfiguration: Sendable {
     /// Seconds of silence after which a tunnel sends a WebSocket ping (0 = never). A tunnel whose
     /// peer stays silent for three intervals is closed.
     public var keepaliveSeconds: Int
+    /// Seconds the tunnel keeps carrying the edge's bytes after the local side finished sending
+    /// (stdin EOF, `shutdown(SHUT_WR)`), unless the edge closes first; 0 closes at once.
+    public var halfCloseLingerSeconds: Double = 5
+
+    /// This configuration with another half-close linger (negative counts as 0).
+    public func withHalfCloseLinger(_ seconds: Double) -> CarrierConfiguration {
+        var copy = self
+        copy.halfCloseLingerSeconds = max(0, seconds)
+        return copy
+    }
 
     /// The system CA bundle on Debian-family systems.
     public static let systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
@@ -54,6 +64,6 @@ public enum BridgeEvent: Sendable {
     /// socket, not read from yet, is handed back to the owner, who closes it or bridges it again
     /// (e.g. with a fresh token).
     case refused(id: Int, socket: Int32, TunnelFailure)
-    /// Both sides are closed; totals of bytes carried each way.
-    case closed(id: Int, toOrigin: Int, fromOrigin: Int)
+    /// Both sides are closed; totals of bytes carried each way, and why it ended.
+    case closed(id: Int, toOrigin: Int, fromOrigin: Int, reason: TunnelEnd)
 }

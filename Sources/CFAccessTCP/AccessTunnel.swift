@@ -41,6 +41,9 @@ public actor AccessTunnel {
         public var resolveOverrides: [ResolveOverride]
         /// An HTTP proxy for the WebSocket dial (see ``ProxySettings/fromEnvironment(_:host:port:)``).
         public var proxy: ProxySettings?
+        /// Seconds a tunnel keeps delivering the edge's bytes after the local side finished
+        /// sending (half-close), unless the edge closes first; 0 closes at once. Default 5.
+        public var halfCloseLinger: Double = 5
 
         /// The library's defaults: 127.0.0.1:0, 15 s, retries after 1/5/15 s, one connection,
         /// keepalive every 30 s.
@@ -85,6 +88,8 @@ public actor AccessTunnel {
     /// Discovery found no Access application in front of the origin: dials go without a credential.
     private var noAccessApplication = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
+    /// Why the last connected tunnel ended by itself (nil while it runs or after `disconnect`).
+    public private(set) var lastEnd: TunnelEnd?
 
     /// Creates a session in `.idle`.
     /// - Parameters:
@@ -156,6 +161,7 @@ public actor AccessTunnel {
         self.appToken = nil
         self.noAccessApplication = false
         self.stream = nil
+        self.lastEnd = nil
         generation += 1
         await perform(actions)
         // Wait until the machine settles: connected, failed or disconnected.
@@ -297,6 +303,7 @@ public actor AccessTunnel {
                                     handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
                                     keepaliveSeconds: options.keepaliveInterval,
                                     resolveOverrides: options.resolveOverrides, proxy: options.proxy)
+            .withHalfCloseLinger(options.halfCloseLinger)
     }
 
     /// The upgrade request for `origin` with the session's options and one credential.
@@ -360,7 +367,10 @@ public actor AccessTunnel {
             pendingStream = nil
             self.stream = stream
             self.serving = serving
-            work.append(Task { await self.feed(.localReady(port: 0), generation: generation) })
+            work.append(Task {
+                await self.feed(.localReady(port: 0), generation: generation)
+                await self.watchEndAfterReady(of: serving, generation: generation)
+            })
         case .listener:
             let configuration: CarrierConfiguration
             do {
@@ -407,6 +417,28 @@ public actor AccessTunnel {
         }
         self.serving = serving
         await feed(.localReady(port: serving.port), generation: generation)
+        watchEnd(of: serving, generation: generation)
+    }
+
+    /// Feeds `.connectionLost` once the tunnel ends by itself (the stream's WebSocket closed, or
+    /// a single-connection listener's connection ended).
+    private func watchEnd(of serving: any ServingTunnel, generation: Int) {
+        let host = origin?.host ?? "the edge"
+        work.append(Task {
+            guard let end = await serving.ended() else { return }
+            await self.tunnelEnded(end, host: host, generation: generation)
+        })
+    }
+
+    private func watchEndAfterReady(of serving: any ServingTunnel, generation: Int) async {
+        watchEnd(of: serving, generation: generation)
+    }
+
+    private func tunnelEnded(_ end: TunnelEnd, host: String, generation: Int) async {
+        guard generation == self.generation, end != .shutdown else { return }
+        logger.debug("tunnel ended: \(end)")
+        lastEnd = end
+        await feed(.connectionLost(end.failure(host: host)), generation: generation)
     }
 
     private func tearDown() async {

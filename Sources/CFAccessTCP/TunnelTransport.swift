@@ -31,8 +31,22 @@ public final class TunnelStream: @unchecked Sendable {
     /// `close()` or `release()`.
     public let fileDescriptor: Int32
     private let closed = LockedBox(false)
+    private let end: OneShot<TunnelEnd>
 
-    init(fileDescriptor: Int32) { self.fileDescriptor = fileDescriptor }
+    init(fileDescriptor: Int32, end: OneShot<TunnelEnd> = OneShot()) {
+        self.fileDescriptor = fileDescriptor
+        self.end = end
+    }
+
+    /// Why the tunnel ended: returns once its WebSocket and the bridge's side of the socket are
+    /// closed (a Close handshake by either side, a reset, a protocol violation, a keepalive
+    /// timeout, …). See ``TunnelEnd/isClean``.
+    public var ended: TunnelEnd {
+        get async { await end.value }
+    }
+
+    /// The reason, if the tunnel has ended already.
+    public var endedReason: TunnelEnd? { end.current }
 
     /// Closes the descriptor (the tunnel then closes with a WebSocket Close frame). Idempotent.
     public func close() {
@@ -53,6 +67,15 @@ public protocol ServingTunnel: Sendable {
     var port: UInt16 { get }
     /// Closes the listener and every bridged connection before returning.
     func close() async
+    /// Returns once the tunnel has ended by itself, with why: the stream's tunnel closed, or the
+    /// last connection of a listener that stopped accepting after its first ended. Returns nil
+    /// at once when this serving never ends by itself (a listener that keeps accepting).
+    func ended() async -> TunnelEnd?
+}
+
+extension ServingTunnel {
+    /// Never ends by itself.
+    public func ended() async -> TunnelEnd? { nil }
 }
 
 /// Gives each connection a listener bridges its own upgrade request, so that an app token that
@@ -118,6 +141,12 @@ public struct LiveTunnelTransport: TunnelTransport {
     public func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
                       limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
         let active = ActiveConnections()
+        // A listener that stops after its first connection ends with that connection.
+        let ended = OneShot<TunnelEnd>()
+        let single = limits.stopAcceptingAfterFirstConnection
+        let endIfIdle: @Sendable (TunnelEnd) -> Void = { reason in
+            if single, active.isIdle { ended.fulfil(reason) }
+        }
         let loopBox = LockedBox<CarrierLoop?>(nil)
         // The request each first dial carried, by local socket, for the redial after a refusal.
         let firstRequests = LockedBox<[Int32: UpgradeRequest]>([:])
@@ -128,6 +157,7 @@ public struct LiveTunnelTransport: TunnelTransport {
             case .failed(let id, let failure):
                 active.end(id)
                 report(failure.message)
+                endIfIdle(.failedToOpen(failure))
             case .refused(let id, let fd, let failure):
                 // Keep the slot while the connection is dialled again with a fresh token.
                 active.reserve(fd)
@@ -137,16 +167,19 @@ public struct LiveTunnelTransport: TunnelTransport {
                     Glibc.close(fd)
                     active.release(fd)
                     report(failure.message)
+                    endIfIdle(.failedToOpen(failure))
                     return
                 }
                 logger.info("Access refused the token of connection \(id); dialling it once more with a fresh one")
                 Task {
                     await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: rejected,
-                                                  active: active, report: report, remember: nil)
+                                                  active: active, report: report, onFailure: endIfIdle, remember: nil)
                 }
-            case .closed(let id, let up, let down):
+            case .closed(let id, let up, let down, let reason):
                 active.end(id)
-                logger.debug("connection \(id) closed", metadata: ["sent": "\(up)", "received": "\(down)"])
+                logger.debug("connection \(id) closed: \(reason)", metadata: ["sent": "\(up)", "received": "\(down)"])
+                if !reason.isClean { report(reason.message(host: configuration.request.origin.host)) }
+                endIfIdle(reason)
             }
         }
         try loop.start()
@@ -174,12 +207,12 @@ public struct LiveTunnelTransport: TunnelTransport {
             }
             Task {
                 await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil,
-                                              active: active, report: report) { request in
+                                              active: active, report: report, onFailure: endIfIdle) { request in
                     firstRequests.withLock { $0[fd] = request }
                 }
             }
         }
-        return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop)
+        return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop, end: single ? ended : nil)
     }
 
     /// Gets a request from `authorizer` and bridges `fd` with it. The first dial of a connection
@@ -187,6 +220,7 @@ public struct LiveTunnelTransport: TunnelTransport {
     private static func authorizeAndBridge(fd: Int32, loop: CarrierLoop, authorizer: any ConnectionAuthorizer,
                                            rejected: UpgradeRequest?, active: ActiveConnections,
                                            report: @escaping @Sendable (String) -> Void,
+                                           onFailure: @escaping @Sendable (TunnelEnd) -> Void,
                                            remember: (@Sendable (UpgradeRequest) -> Void)?) async {
         let request: UpgradeRequest
         let credential: CredentialKind
@@ -196,6 +230,7 @@ public struct LiveTunnelTransport: TunnelTransport {
             Glibc.close(fd)
             active.release(fd)
             report(error.message)
+            onFailure(.failedToOpen(error))
             return
         }
         remember?(request)
@@ -209,7 +244,8 @@ public struct LiveTunnelTransport: TunnelTransport {
             throw TunnelFailure.internalError("socketpair(): \(String(cString: strerror(errno)))")
         }
         let outcome = OneShot<TunnelFailure?>()
-        let loop = CarrierLoop(configuration: configuration, logger: logger) { [report] event in
+        let end = OneShot<TunnelEnd>()
+        let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
             switch event {
             case .established: outcome.fulfil(nil)
             case .failed(_, let failure):
@@ -217,7 +253,10 @@ public struct LiveTunnelTransport: TunnelTransport {
             case .refused(_, let fd, let failure):
                 Glibc.close(fd)
                 if !outcome.fulfil(failure) { report(failure.message) }
-            case .closed: outcome.fulfil(TunnelFailure.protocolViolation("the WebSocket closed before it opened"))
+            case .closed(let id, _, _, let reason):
+                logger.debug("connection \(id) closed: \(reason)")
+                outcome.fulfil(TunnelFailure.protocolViolation("the WebSocket closed before it opened"))
+                end.fulfil(reason)
             }
         }
         do {
@@ -233,13 +272,13 @@ public struct LiveTunnelTransport: TunnelTransport {
         } onCancel: {
             outcome.fulfil(TunnelFailure.invalidState("cancelled"))
         }
-        let serving = LiveServing(port: 0, listener: nil, loop: loop)
+        let serving = LiveServing(port: 0, listener: nil, loop: loop, end: end)
         if let failure {
             Glibc.close(pair[1])
             await serving.close()
             throw failure
         }
-        return (TunnelStream(fileDescriptor: pair[1]), serving)
+        return (TunnelStream(fileDescriptor: pair[1], end: end), serving)
     }
 
     static func shutdown(_ loop: CarrierLoop) async {
@@ -257,10 +296,19 @@ struct LiveServing: ServingTunnel {
     let port: UInt16
     let listener: LoopbackListener?
     let loop: CarrierLoop
+    /// Fulfilled when the stream's tunnel or a single-connection listener's connection ended;
+    /// nil for a listener that keeps accepting.
+    let end: OneShot<TunnelEnd>?
 
     func close() async {
         listener?.close()
         await LiveTunnelTransport.shutdown(loop)
+        end?.fulfil(.shutdown)
+    }
+
+    func ended() async -> TunnelEnd? {
+        guard let end else { return nil }
+        return await end.value
     }
 }
 
@@ -281,6 +329,13 @@ final class OneShot<Value: Sendable>: @unchecked Sendable {
         lock.unlock()
         pending.forEach { $0.resume(returning: value) }
         return true
+    }
+
+    /// The value, if set.
+    var current: Value? {
+        lock.lock()
+        defer { lock.unlock() }
+        return result
     }
 
     var value: Value {
@@ -331,6 +386,13 @@ final class ActiveConnections: @unchecked Sendable {
         waiting.remove(fd)
         if endedEarly.remove(id) == nil { bridges.insert(id) }
         lock.unlock()
+    }
+
+    /// No connection holds a slot.
+    var isIdle: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return waiting.isEmpty && bridges.isEmpty
     }
 
     /// Bridge `id` ended.

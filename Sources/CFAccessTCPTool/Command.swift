@@ -80,7 +80,8 @@ struct TCPCommand: AsyncParsableCommand {
             throw usageFailure(error.message)
         }
         let logger = logging.logger
-        let transport = LiveTunnelTransport(logger: logger) { message in writeStderr("cf-access-tcp: \(message)") }
+        let report = FailureReport(logger: logger, toLogFile: flags.logfile != nil || flags.logDirectory != nil)
+        let transport = LiveTunnelTransport(logger: logger) { message in report.line(message) }
         let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: transport)
         // Ctrl-C or SIGTERM: a login in progress leaves no lock behind; a running listener
         // closes its connections first; anything else ends at once.
@@ -97,47 +98,77 @@ struct TCPCommand: AsyncParsableCommand {
         }
         defer { withExtendedLifetime(signals) {} }
         if let listen = settings.listen {
-            try await serveListener(tunnel, settings: settings, listen: listen, listening: listening, stop: stop)
+            try await serveListener(tunnel, settings: settings, listen: listen, listening: listening, stop: stop,
+                                    report: report)
         } else {
-            try await serveStdio(tunnel, settings: settings)
+            try await serveStdio(tunnel, settings: settings, report: report)
         }
     }
 
     /// ProxyCommand mode: the tunnel is stdin/stdout.
-    private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings) async throws {
+    ///
+    /// Exit status: 0 when either side closed cleanly; otherwise one plain line on stderr (and in
+    /// the log file) naming what happened, and the status of ``TunnelEnd/exitStatus``.
+    private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings, report: FailureReport) async throws {
         let stream: TunnelStream
         do {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
         } catch {
-            writeStderr("cf-access-tcp: \(error.message)")
+            report.line(error.message)
             // Let the session's tasks settle before the process exits under them.
             await tunnel.disconnect()
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
         let finished = OutputFinished()
-        StdioBridge.pump(socket: stream.release()) { finished.signal() }
+        let outcome = LockedBox(StdioBridge.Outcome.ended)
+        StdioBridge.pump(socket: stream.release()) { result in
+            outcome.withLock { $0 = result }
+            finished.signal()
+        }
         await finished.wait()
-        // The WebSocket is closing (with a Close frame); let it finish, bounded.
+        // The bridge reports why the tunnel ended once its WebSocket is gone (bounded).
+        let end = await stream.ended(within: 5)
         await tunnel.disconnect()
+        if case .outputFailed(let code) = outcome.withLock({ $0 }) {
+            report.line("cannot write to stdout: \(String(cString: strerror(code))); the tunnel to \(settings.origin.host) was closed")
+            throw ExitCode(ExitStatus.localIO.rawValue)
+        }
+        if let end, !end.isClean {
+            report.line(end.message(host: settings.origin.host))
+            throw ExitCode(end.exitStatus.rawValue)
+        }
         throw ExitCode.success
     }
 
-    /// Listener mode: until SIGINT/SIGTERM.
+    /// Listener mode: until SIGINT/SIGTERM (exit 0), or, with `--single-connection`, until its
+    /// one connection ended (exit status of how it ended; each failed connection's line is
+    /// already reported).
     private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress,
-                               listening: LockedBox<Bool>, stop: OutputFinished) async throws {
+                               listening: LockedBox<Bool>, stop: OutputFinished, report: FailureReport) async throws {
         let port: UInt16
         do {
             port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
         } catch {
-            writeStderr("cf-access-tcp: \(error.message)")
+            report.line(error.message)
             await tunnel.disconnect()
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
         let shown = HostText.withPort(listen.host, Int(port))
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
         listening.withLock { $0 = true }
+        // The session leaves `.connected` by itself when a single-connection listener's
+        // connection has ended.
+        let watcher = Task {
+            for await state in tunnel.state where state.isTerminal {
+                stop.signal()
+                return
+            }
+        }
         await stop.wait()
+        watcher.cancel()
+        let end = await tunnel.lastEnd
         await tunnel.disconnect()
+        if let end, !end.isClean { throw ExitCode(end.exitStatus.rawValue) }
     }
 }
 

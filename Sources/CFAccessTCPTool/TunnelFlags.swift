@@ -54,6 +54,9 @@ struct TunnelFlags: ParsableArguments {
     @Option(name: .customLong("keepalive"), parsing: .unconditional, help: "Seconds of silence before a WebSocket ping keeps an idle tunnel alive; 0 turns pings off.")
     var keepalive: Int = 30
 
+    @Option(name: .customLong("half-close-linger"), parsing: .unconditional, help: "Seconds the edge's reply still reaches the local side after it finished sending (stdin EOF), unless the edge closes first; 0 closes at once.")
+    var halfCloseLinger: Int = 5
+
     @Option(name: .customLong("retries"), parsing: .unconditional, help: "Retries of a failed connect (network errors only), after 1 s, 5 s, 15 s.")
     var retries: Int = 0
 

@@ -79,6 +79,9 @@ struct TunnelSettings {
         guard (0...86_400).contains(flags.keepalive) else {
             throw ConfigurationError("--keepalive must be between 0 (off) and 86400 seconds")
         }
+        guard (0...3600).contains(flags.halfCloseLinger) else {
+            throw ConfigurationError("--half-close-linger must be between 0 (close at once) and 3600 seconds")
+        }
         guard (0...10).contains(flags.retries) else {
             throw ConfigurationError("--retries must be between 0 and 10")
         }
@@ -90,13 +93,15 @@ struct TunnelSettings {
         }
         // NO_PROXY names the Access hostname, as curl matches the URL's host (not --connect-to).
         let proxy = try ProxySettings.fromEnvironment(environment, host: origin.host, port: origin.effectivePort)
-        options = AccessTunnel.Options(
+        var options = AccessTunnel.Options(
             connectTo: connectTo, caFile: flags.caFile, extraHeaders: extra, destination: destination,
             listenAddress: listen, connectTimeout: Double(flags.connectTimeout),
             retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: [1, 5, 15]),
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
             keepaliveInterval: flags.keepalive, resolveOverrides: resolve, proxy: proxy)
+        options.halfCloseLinger = Double(flags.halfCloseLinger)
+        self.options = options
     }
 
     /// Flags that contradict each other, or numbers below zero, are refused before anything else

@@ -229,3 +229,40 @@ struct SessionStateMachineTests {
         }
     }
 }
+
+/// Issue 13.3: the "connection lost" event.
+@Suite("session state machine: connection lost")
+struct SessionConnectionLostTests {
+    private func connected() -> SessionStateMachine {
+        var machine = SessionStateMachine()
+        _ = try! machine.connect(.init(primary: .serviceToken, retry: .never))
+        _ = machine.handle(.authenticated)
+        _ = machine.handle(.dialSucceeded)
+        _ = machine.handle(.localReady(port: 2222))
+        return machine
+    }
+
+    @Test("a clean end of the connected tunnel tears down and moves to disconnected")
+    func cleanEnd() {
+        var machine = connected()
+        #expect(machine.handle(.connectionLost(nil)) == [.tearDown, .publish(.disconnected)])
+        #expect(machine.state == .disconnected)
+    }
+
+    @Test("a lost tunnel tears down and moves to failed with the reason")
+    func lost() {
+        var machine = connected()
+        let failure = TunnelEnd.reset(detail: "Connection reset by peer").failure(host: "h.example")!
+        #expect(machine.handle(.connectionLost(failure)) == [.tearDown, .publish(.failed(failure))])
+        #expect(machine.state == .failed(failure))
+    }
+
+    @Test("connection lost is ignored unless connected")
+    func ignoredElsewhere() {
+        var machine = SessionStateMachine()
+        #expect(machine.handle(.connectionLost(nil)) == [])
+        _ = try! machine.connect(.init(primary: .serviceToken, retry: .never))
+        #expect(machine.handle(.connectionLost(nil)) == [])
+        #expect(machine.state == .authenticating)
+    }
+}

@@ -52,6 +52,9 @@ public struct SessionStateMachine: Sendable, Equatable {
         case retryDue
         /// `disconnect` was called.
         case disconnectRequested
+        /// The connected tunnel ended by itself: `nil` for a clean end (a Close from either
+        /// side), else the failure that ended it (reset, protocol violation, keepalive…).
+        case connectionLost(TunnelFailure?)
     }
 
     /// What the shell must do, in order.
@@ -149,6 +152,9 @@ public struct SessionStateMachine: Sendable, Equatable {
 
         case (.idle, .disconnectRequested), (.disconnected, .disconnectRequested):
             return []
+
+        case (.connected, .connectionLost(let failure)):
+            return [.tearDown] + move(to: failure.map { .failed($0) } ?? .disconnected)
 
         case (.failed, .disconnectRequested):
             return move(to: .disconnected)

@@ -18,3 +18,54 @@ extension EdgeFixture {
         return result.stdout
     }
 }
+
+/// The repository's root, from this file's place in it.
+let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent().deletingLastPathComponent()
+
+/// `scripts/hostile-edge.py`: a TLS WebSocket edge that answers the upgrade correctly, then
+/// misbehaves as `mode` says (see the script's header). It serves the test certificate, so a
+/// client reaches it as `testHost` with `--connect-to`.
+final class HostileEdge: @unchecked Sendable {
+    let process: ManagedProcess
+    let port: Int
+
+    init(mode: String, extra: [String] = []) throws {
+        let python = which("python3")
+        try requireRealPart(python != nil, "python3 (package python3)")
+        let script = repositoryRoot.appendingPathComponent("scripts/hostile-edge.py")
+        let certs = try certs()
+        process = try ManagedProcess(URL(fileURLWithPath: python!),
+                                     ["-u", script.path, "--cert", certs.certFile.path, "--key", certs.keyFile.path,
+                                      "--mode", mode] + extra)
+        let prefix = "hostile-edge listening on 127.0.0.1:"
+        let line = try process.waitForLine(matching: prefix, timeout: 30)
+        guard let port = Int(line.dropFirst(prefix.count)) else { throw FixtureError("no port in: \(line)") }
+        self.port = port
+    }
+
+    deinit { process.terminate() }
+
+    /// The event lines the edge printed so far (after its "listening" line).
+    var events: [String] {
+        process.stdoutText.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("hostile-edge listening") }
+    }
+
+    /// Waits (bounded) until an event line satisfies `predicate`; returns it.
+    @discardableResult
+    func waitForEvent(timeout: TimeInterval = 30, _ predicate: (String) -> Bool) throws -> String {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        while Date() < deadline {
+            if let line = events.first(where: predicate) { return line }
+            usleep(50_000)
+        }
+        throw FixtureError("the hostile edge saw no matching event within \(timeout) s: \(events)\n"
+                           + process.outputReport())
+    }
+
+    /// `cf-access-tcp` arguments that reach this edge as `testHost` with the test CA.
+    func clientArguments(extra: [String] = []) throws -> [String] {
+        ["--hostname", testHost, "--connect-to", "127.0.0.1:\(port)", "--ca-file", try certs().caFile.path,
+         "--service-token-id", testTokenID, "--service-token-secret", testTokenSecret] + extra
+    }
+}
