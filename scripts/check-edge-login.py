@@ -41,7 +41,10 @@ if not os.path.exists(CERTS + "/ca.pem"):
 class Edge:
     def __init__(self, *extra):
         self.p = subprocess.Popen([EDGE, "serve", "--listen", "127.0.0.1:0", "--cert", CERTS + "/server.pem",
-                                   "--key", CERTS + "/server-key.pem", "--team", TEAM, "--verbose", *extra],
+                                   "--key", CERTS + "/server-key.pem", "--team", TEAM, "--verbose",
+                                   # this script checks immediate poll answers and the team-set
+                                   # CF_AppSession layout; the defaults hold polls, as Cloudflare does
+                                   "--transfer-hold", "0", "--app-session-layout", "team", *extra],
                                   stdout=subprocess.PIPE, stderr=open(WORK + "/edge.log", "a"), text=True)
         line = self.p.stdout.readline()
         m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)

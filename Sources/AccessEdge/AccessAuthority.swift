@@ -47,6 +47,9 @@ final class AccessAuthority: @unchecked Sendable {
     private var revokedTokenIDs: Set<String> = []
     private var logins: [String: Login] = [:]
     private var appSessions: [String: AppSession] = [:]
+    /// `CF_AppSession` values the app host set on its login redirects (`--app-session-layout
+    /// app`): host and expiry; spent by `/cdn-cgi/access/authorized`.
+    private var pendingAppSessions: [String: (host: String, expires: Date)] = [:]
 
     /// A login for one client public key, from the cli page (or an admin call) to its delivery.
     private struct Login {
@@ -309,6 +312,24 @@ final class AccessAuthority: @unchecked Sendable {
                                          expires: now.addingTimeInterval(300))
         }
         return id
+    }
+
+    /// A new `CF_AppSession` value for the app host's login redirect (valid 5 min).
+    func newPendingAppSession(host: String, now: Date = Date()) -> String {
+        let id = Sodium.randomBytes(16).map { String(format: "%02x", $0) }.joined()
+        locked {
+            pendingAppSessions = pendingAppSessions.filter { $0.value.expires > now }
+            pendingAppSessions[id] = (host, now.addingTimeInterval(300))
+        }
+        return id
+    }
+
+    /// Spends a `CF_AppSession` the app host set, for `host`; false if unknown, spent, expired or
+    /// another host's.
+    func spendPendingAppSession(_ id: String, host: String, now: Date = Date()) -> Bool {
+        let pending = locked { pendingAppSessions.removeValue(forKey: id) }
+        guard let pending, pending.host == host, pending.expires > now else { return false }
+        return true
     }
 
     /// Spends a `CF_AppSession` for `host`: a new app token and the path to go back to, or nil

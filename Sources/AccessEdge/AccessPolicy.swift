@@ -107,7 +107,14 @@ extension AccessPolicy {
         let location = "https://\(settings.authDomain)\(request.portSuffix)/cdn-cgi/access/login/\(request.host)"
             + "?kid=\(settings.audience)"
             + "&redirect_url=\(Self.percentEncoded(head.uri))"
-        return EdgeResponse(status: .found, headers: [("Location", location)], body: "")
+        var headers = [("Location", location)]
+        if settings.appSessionLayout == .app {
+            // Cloudflare's app host starts the session here; the client brings it back to
+            // /cdn-cgi/access/authorized after the team domain.
+            let session = authority.newPendingAppSession(host: request.host)
+            headers.append(("Set-Cookie", "CF_AppSession=\(session); Path=/; Secure; HttpOnly; SameSite=None"))
+        }
+        return EdgeResponse(status: .found, headers: headers, body: "")
     }
 
     /// The `502` for a target that could not be reached.

@@ -8,6 +8,9 @@ enum EdgeReply {
     /// Send nothing; the connection stays open until the client closes it
     /// (`--transfer-mode hang`).
     case noAnswer
+    /// Hold the request (a long poll): ask `check` again every 100 ms until it has a response,
+    /// or send `otherwise` after `seconds`.
+    case held(seconds: Int, otherwise: EdgeResponse, check: @Sendable () -> EdgeResponse?)
 }
 
 /// Cloudflare's side of the login protocol and the emulator's admin API, routed by `Host`
@@ -138,9 +141,21 @@ struct AuthRoutes: Sendable {
         guard AccessAuthority.clientPublicKey(key) != nil else {
             return .response(.text(.badRequest, "not a client public key"))
         }
+        let notYet = EdgeResponse.text(.notFound, "login not completed yet")
         switch authority.poll(publicKey: key) {
         case .notYet:
-            return .response(.text(.notFound, "login not completed yet"))
+            // Like Cloudflare's transfer service, a poll for a login not finished yet is held
+            // open (up to --transfer-hold seconds) and answered as soon as the login completes.
+            let hold = settings.transferHoldSeconds
+            guard hold > 0 else { return .response(notYet) }
+            let authority = self.authority
+            let log = self.log
+            let mode = settings.transferMode
+            return .held(seconds: hold, otherwise: notYet) {
+                guard case .delivered(let body, let servicePublicKey) = authority.poll(publicKey: key) else { return nil }
+                log.info("transfer delivered on a held poll (\(mode.rawValue))")
+                return Self.delivery(body: body, servicePublicKey: servicePublicKey)
+            }
         case .serviceError:
             return .response(.text(.internalServerError, "transfer service error (emulated)"))
         case .hang:
@@ -148,11 +163,14 @@ struct AuthRoutes: Sendable {
             return .noAnswer
         case .delivered(let body, let servicePublicKey):
             log.info("transfer delivered (\(settings.transferMode.rawValue))")
-            return .response(EdgeResponse(status: .ok,
-                                          headers: [("Content-Type", "text/plain"),
-                                                    ("service-public-key", servicePublicKey)],
-                                          body: body))
+            return .response(Self.delivery(body: body, servicePublicKey: servicePublicKey))
         }
+    }
+
+    /// The transfer service's 200: the sealed tokens and the sender's key.
+    private static func delivery(body: String, servicePublicKey: String) -> EdgeResponse {
+        EdgeResponse(status: .ok, headers: [("Content-Type", "text/plain"), ("service-public-key", servicePublicKey)],
+                     body: body)
     }
 
     /// `<team>.cloudflareaccess.com/cdn-cgi/access/login/<app host>`: with a valid org token
@@ -169,29 +187,62 @@ struct AuthRoutes: Sendable {
         var redirect = request.query["redirect_url"] ?? "/"
         if !redirect.hasPrefix("/") { redirect = "/" }
         let session = authority.startAppSession(email: email, host: appHost, redirectPath: redirect)
-        let location = "https://\(appHost)\(request.portSuffix)/cdn-cgi/access/authorized?redirect_url="
+        var location = "https://\(appHost)\(request.portSuffix)/cdn-cgi/access/authorized?redirect_url="
             + AccessPolicy.percentEncoded(redirect)
         log.info("login for \(appHost): org token accepted, on to /cdn-cgi/access/authorized")
-        return EdgeResponse(status: .found,
-                            headers: [("Location", location),
-                                      ("Set-Cookie", Self.cookie(Self.sessionCookie, session))],
-                            body: "")
+        switch settings.appSessionLayout {
+        case .app:
+            // The session cookie is the app host's own (set on its login redirect); the way
+            // back carries a one-time code instead.
+            location += "&code=" + session
+            return EdgeResponse(status: .found, headers: [("Location", location)], body: "")
+        case .team:
+            return EdgeResponse(status: .found,
+                                headers: [("Location", location),
+                                          ("Set-Cookie", Self.cookie(Self.sessionCookie, session))],
+                                body: "")
+        }
     }
 
     /// `/cdn-cgi/access/authorized`: spends `CF_AppSession`, sets `CF_Authorization=<app token>`
     /// and redirects to the original path; 403 without a valid session.
     private func authorized(_ request: EdgeRequest) throws -> EdgeResponse {
-        guard let session = request.cookies[Self.sessionCookie],
+        let code: String?
+        switch settings.appSessionLayout {
+        case .app:
+            // The app's own CF_AppSession must come back, with the team domain's code.
+            guard let cookie = request.cookies[Self.sessionCookie],
+                  authority.spendPendingAppSession(cookie, host: request.host) else {
+                log.info("authorized on \(request.host): no CF_AppSession that this app set")
+                return .text(.forbidden, "no valid CF_AppSession cookie")
+            }
+            code = request.query["code"]
+        case .team:
+            code = request.cookies[Self.sessionCookie]
+        }
+        guard let session = code,
               let (token, path) = try authority.finishAppSession(session, host: request.host) else {
             log.info("authorized on \(request.host): no valid CF_AppSession")
             return .text(.forbidden, "no valid CF_AppSession cookie")
         }
         stats.record(.orgExchange)
         log.info("authorized on \(request.host): app token set")
+        // As Cloudflare sets it: with an Expires attribute (whose date holds a comma).
+        let expires = Self.cookieDate(Date().addingTimeInterval(TimeInterval(settings.appTokenTTL)))
         return EdgeResponse(status: .found,
                             headers: [("Location", request.origin + path),
-                                      ("Set-Cookie", Self.cookie(Self.tokenCookie, token))],
+                                      ("Set-Cookie", "\(Self.tokenCookie)=\(token); Path=/; Expires=\(expires); "
+                                        + "Secure; HttpOnly; SameSite=None")],
                             body: "")
+    }
+
+    /// An HTTP date (RFC 9110 IMF-fixdate), e.g. `Tue, 24 Nov 2026 13:00:00 GMT`.
+    static func cookieDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
     }
 
     // MARK: Admin API

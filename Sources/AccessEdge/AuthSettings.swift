@@ -45,6 +45,15 @@ enum TransferMode: String, CaseIterable, Sendable, ExpressibleByArgument {
     case badBase64 = "bad-base64"
 }
 
+/// Where the org-token exchange's `CF_AppSession` cookie comes from.
+enum AppSessionLayout: String, CaseIterable, Sendable, ExpressibleByArgument {
+    /// Cloudflare's: the app host sets it on its own first answer (the login redirect); the team
+    /// domain sends the client back to `/cdn-cgi/access/authorized` with a one-time code.
+    case app
+    /// The emulator's earlier layout: the team domain's redirect sets it.
+    case team
+}
+
 /// Who completes a login opened on the `/cdn-cgi/access/cli` page.
 enum LoginMode: String, CaseIterable, Sendable, ExpressibleByArgument {
     /// Opening the page completes the login at once (a browser where the user is signed in).
@@ -66,6 +75,10 @@ struct AuthSettings: Sendable {
     var appHostname: String = ""
     var metadataMode: MetadataMode = .ok
     var transferMode: TransferMode = .ok
+    /// Seconds a transfer poll for an unfinished login is held open (0 = answered at once).
+    var transferHoldSeconds: Int = 20
+    /// Which response sets `CF_AppSession` in the org-token exchange.
+    var appSessionLayout: AppSessionLayout = .app
     var loginMode: LoginMode = .auto
     /// Rotate the signing key after this many metadata JWTs signed with it (0 = never).
     var rotateKidAfter: Int = 0

@@ -90,6 +90,14 @@ extension EdgeCommand {
         @Option(name: .customLong("login-email"), help: "Email claim of the emulated signed-in user.")
         var loginEmail = "user@example.test"
 
+        @Option(name: .customLong("transfer-hold"),
+                help: "Seconds a transfer poll for an unfinished login is held open, as Cloudflare's service does (0 = answer at once).")
+        var transferHold = 20
+
+        @Option(name: .customLong("app-session-layout"),
+                help: "app: the app host's login redirect sets CF_AppSession (Cloudflare's layout); team: the team domain's redirect does.")
+        var appSessionLayout: AppSessionLayout = .app
+
         func validate() throws {
             _ = try checkedOptions()
         }
@@ -172,10 +180,13 @@ extension EdgeCommand {
             guard tokenTTL > 0 else { throw ValidationError("--token-ttl must be > 0 seconds") }
             guard orgTokenTTL > 0 else { throw ValidationError("--org-token-ttl must be > 0 seconds") }
             guard loginEmail.contains("@") else { throw ValidationError("--login-email must be an email address") }
-            let settings = AuthSettings(team: team.lowercased(), audience: aud, appHostname: appHostname,
+            guard (0...300).contains(transferHold) else { throw ValidationError("--transfer-hold must be between 0 and 300") }
+            var settings = AuthSettings(team: team.lowercased(), audience: aud, appHostname: appHostname,
                                         metadataMode: metadataMode, transferMode: transferMode,
                                         loginMode: loginMode, rotateKidAfter: rotateKidAfter,
                                         appTokenTTL: tokenTTL, orgTokenTTL: orgTokenTTL, email: loginEmail)
+            settings.transferHoldSeconds = transferHold
+            settings.appSessionLayout = appSessionLayout
             return CheckedOptions(listen: listenAddress, cert: cert, key: key, fixedTarget: fixedTarget,
                                   serviceTokens: tokens, appTokens: Set(appTokens), forcedStatus: forced,
                                   tunnel: TunnelSettings(idleTimeout: idle, log: EdgeLog(verbose: verbose), answerPings: !ignorePings),

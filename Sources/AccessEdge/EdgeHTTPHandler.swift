@@ -56,7 +56,30 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 send(response, omittingBody: head.method == .HEAD, context: context)
             case .noAnswer:
                 break
+            case .held(let seconds, let otherwise, let check):
+                hold(until: .now() + .seconds(Int64(seconds)), otherwise: otherwise, check: check,
+                     omittingBody: head.method == .HEAD, context: context)
             }
+        }
+    }
+
+    /// A long poll: `check` every 100 ms on the connection's event loop, until it answers or
+    /// the deadline passes (then `otherwise`). A client that goes away ends it.
+    private func hold(until deadline: NIODeadline, otherwise: EdgeResponse, check: @escaping @Sendable () -> EdgeResponse?,
+                      omittingBody: Bool, context: ChannelHandlerContext) {
+        guard context.channel.isActive else { return }
+        if let response = check() {
+            send(response, omittingBody: omittingBody, context: context)
+            return
+        }
+        if NIODeadline.now() >= deadline {
+            send(otherwise, omittingBody: omittingBody, context: context)
+            return
+        }
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleTask(in: .milliseconds(100)) {
+            let (handler, context) = loopBound.value
+            handler.hold(until: deadline, otherwise: otherwise, check: check, omittingBody: omittingBody, context: context)
         }
     }
 

@@ -111,8 +111,11 @@ struct TCPCommand: AsyncParsableCommand {
     /// the log file) naming what happened, and the status of ``TunnelEnd/exitStatus``.
     private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings, report: FailureReport) async throws {
         let stream: TunnelStream
+        let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
+        defer { notice.cancel() }
         do {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
+            notice.cancel()
         } catch {
             report.line(error.message)
             // Let the session's tasks settle before the process exits under them.
@@ -146,8 +149,11 @@ struct TCPCommand: AsyncParsableCommand {
     private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress,
                                listening: LockedBox<Bool>, stop: OutputFinished, report: FailureReport) async throws {
         let port: UInt16
+        let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
+        defer { notice.cancel() }
         do {
             port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
+            notice.cancel()
         } catch {
             report.line(error.message)
             await tunnel.disconnect()

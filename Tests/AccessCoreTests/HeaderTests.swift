@@ -101,7 +101,7 @@ struct HeaderFieldTests {
     @Test("secret names", arguments: [
         ("Cf-Access-Client-Secret", true), ("cf-access-token", true), ("AUTHORIZATION", true),
         ("Cookie", true), ("proxy-authorization", true),
-        ("Cf-Access-Client-Id", false), ("User-Agent", false), ("X-Authorization-Hint", false),
+        ("Cf-Access-Client-Id", false), ("User-Agent", false), ("X-Authorization-Hint", true), ("X-Request-Id", false),
     ])
     func secretNames(_ name: String, _ secret: Bool) {
         #expect(HeaderField.isSecretName(name) == secret)

@@ -309,7 +309,8 @@ struct LoginFaultTests {
         ("bad-base64", "base64"),
     ])
     func badTransfer(mode: String, expected: String) throws {
-        let world = try LoginWorld(target: "127.0.0.1:9", edgeArguments: ["--transfer-mode", mode])
+        // Polls are held 1 s each (as Cloudflare holds them, shorter), so "never" ends in ~3 s.
+        let world = try LoginWorld(target: "127.0.0.1:9", edgeArguments: ["--transfer-mode", mode, "--transfer-hold", "1"])
         let result = try run(try TestPaths.binary("cf-access-tcp"),
                              world.tunnelArguments + ["--transfer-polls", "3"],
                              env: try world.browserEnvironment(), timeout: 60)

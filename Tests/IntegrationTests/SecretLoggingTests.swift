@@ -69,7 +69,7 @@ struct SecretLoggingTests {
         // A successful tunnel, logging to a file.
         let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"),
                                          try clientArguments(edge: edge, extra: ["--loglevel", "debug", "--logfile", logFile.path,
-                                                                                 "--access-token", "tok.en.sig", "-H", "Cookie: CF_Authorization=cookie-secret"]),
+                                                                                 "-H", "X-Custom-Token: tok.en.sig", "-H", "Cookie: CF_Authorization=cookie-secret"]),
                                          stdin: .pipe)
         try process.writeStdin(Data("hello".utf8))
         #expect(try process.waitForStdout(byteCount: 5, timeout: 20) == Data("hello".utf8))

@@ -87,7 +87,7 @@ public actor AccessTokenProvider {
             do {
                 app = try await discover(origin)
             } catch {
-                logger.debug("cannot find the Access application to forget its token", metadata: ["reason": "\(error.message)"])
+                logger.info("cannot find the Access application to forget its token", metadata: ["reason": "\(error.message)"])
                 return
             }
         }

@@ -1,0 +1,68 @@
+import Foundation
+import Testing
+
+/// The emulator behaves as Cloudflare's service does where clients depend on it (issue 11.8,
+/// 11.9), and our client copes with that behaviour.
+@Suite("emulator fidelity", .serialized)
+struct EmulatorFidelityTests {
+    @Test("a transfer poll for an unfinished login is held, and the login completed meanwhile is delivered on it")
+    func heldTransferPoll() throws {
+        let echo = try TargetFixture(.echo)
+        let world = try LoginWorld(target: echo.address, edgeArguments: ["--login-mode", "manual", "--transfer-hold", "30"])
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), world.tunnelArguments + ["--no-browser"],
+                                         environment: try world.browserEnvironment(), stdin: .pipe)
+        defer { process.terminate() }
+        _ = try process.waitForStderr(containing: "Waiting for login", timeout: 30)
+        let url = try #require(process.stderrText.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            .first { $0.hasPrefix("https://\(testHost)/cdn-cgi/access/cli?") })
+        // Let the first poll arrive and be held (the client polls every 0.2 s after a "not yet").
+        let deadline = Date(timeIntervalSinceNow: 30)
+        while try world.counter("transferPolls") < 1, Date() < deadline { usleep(100_000) }
+        usleep(1_500_000)
+        #expect(try world.counter("transferPolls") == 1, "the first poll was answered at once instead of held")
+        let key = try #require(URLComponents(string: url)?.percentEncodedQueryItems?.first { $0.name == "token" }?.value)
+        #expect(try world.admin("complete?token=\(key)").contains("completed"))
+        try process.writeStdin(Data("held-poll".utf8))
+        #expect(try process.waitForStdout(byteCount: 9, timeout: 30) == Data("held-poll".utf8))
+        // The held poll carried the tokens: no second poll was needed.
+        #expect(try world.counter("transferPolls") == 1)
+        #expect(try world.counter("transfersDelivered") == 1)
+        process.closeStdin()
+        #expect(try process.waitForExit(timeout: 20) == 0)
+    }
+
+    @Test("the org-token exchange works in Cloudflare's layout (CF_AppSession from the app, CF_Authorization with Expires) and the older one",
+          arguments: ["app", "team"])
+    func orgTokenExchangeLayouts(layout: String) throws {
+        let echo = try TargetFixture(.echo)
+        let world = try LoginWorld(target: echo.address, edgeArguments: ["--app-session-layout", layout])
+        let bin = try TestPaths.binary("cf-access-tcp")
+        let environment = try world.browserEnvironment()
+        let login = try run(bin, ["login", "https://\(testHost)"] + world.commonArguments, env: environment, timeout: 60)
+        #expect(login.status == 0, "\(login.stderr)")
+        #expect(world.browserOpens.count == 1)
+        // Without the app token, the next tunnel gets one through the org token: no browser.
+        try FileManager.default.removeItem(at: world.appTokenFile)
+        let process = try ManagedProcess(bin, world.tunnelArguments, environment: environment, stdin: .pipe)
+        defer { process.terminate() }
+        try process.writeStdin(Data("org-exchange".utf8))
+        #expect(try process.waitForStdout(byteCount: 12, timeout: 30) == Data("org-exchange".utf8), "\(process.stderrText)")
+        process.closeStdin()
+        #expect(try process.waitForExit(timeout: 20) == 0, "\(process.stderrText)")
+        #expect(try world.counter("orgExchanges") == 1)
+        #expect(world.browserOpens.count == 1)
+        #expect(FileManager.default.fileExists(atPath: world.appTokenFile.path))
+    }
+
+    @Test("with the app layout, /cdn-cgi/access/authorized refuses a session the app did not set")
+    func authorizedNeedsTheAppsSession() throws {
+        let world = try LoginWorld(target: "127.0.0.1:9")
+        let curl = which("curl")
+        try requireRealPart(curl != nil, "curl (package curl)")
+        let arguments = ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
+                         "--cookie", "CF_AppSession=made-up"] + world.edge.curlArguments(host: testHost)
+            + ["https://\(testHost):443/cdn-cgi/access/authorized?code=made-up"]
+        let result = try run(URL(fileURLWithPath: curl!), arguments, timeout: 20)
+        #expect(result.stdout == "403", "\(result.stdout) \(result.stderr)")
+    }
+}
