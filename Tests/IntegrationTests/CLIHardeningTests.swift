@@ -113,4 +113,42 @@ struct CLIHardeningTests {
             _ = try process.waitForExit(timeout: 20)
         }
     }
+
+    /// A listening socket that never accepts: TCP connects (the kernel's backlog), TLS never starts.
+    private func silentListener() throws -> (fd: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        #expect(bound == 0 && listen(fd, 8) == 0)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    @Test("a dial that takes longer than a second says 'Connecting to H…' on stderr; a quick one does not", arguments: [false, true])
+    func slowDialNotice(listenerMode: Bool) throws {
+        let (fd, port) = try silentListener()
+        defer { close(fd) }
+        var arguments = ["--hostname", testHost, "--connect-to", "127.0.0.1:\(port)", "--ca-file", try certs().caFile.path,
+                         "--service-token-id", "i", "--service-token-secret", "s", "--connect-timeout", "4"]
+        if listenerMode { arguments += ["--url", "127.0.0.1:0"] }
+        let slow = try run(try TestPaths.binary("cf-access-tcp"), arguments, timeout: 30)
+        #expect(slow.status == 69, "\(slow.stderr)")
+        #expect(slow.stderr.contains("Connecting to \(testHost)…"), "\(slow.stderr)")
+        #expect(slow.stderr.contains("Connection timed out."), "\(slow.stderr)")
+        // --loglevel warn silences it (it is an info line).
+        let quiet = try run(try TestPaths.binary("cf-access-tcp"), arguments + ["--loglevel", "warn"], timeout: 30)
+        #expect(!quiet.stderr.contains("Connecting to"), "\(quiet.stderr)")
+        // A refused port fails at once: no notice.
+        let refusedPort = try freeLoopbackPort()
+        let quick = try run(try TestPaths.binary("cf-access-tcp"),
+                            ["--hostname", testHost, "--connect-to", "127.0.0.1:\(refusedPort)", "--service-token-id", "i",
+                             "--service-token-secret", "s"], timeout: 30)
+        #expect(!quick.stderr.contains("Connecting to"), "\(quick.stderr)")
+    }
 }
