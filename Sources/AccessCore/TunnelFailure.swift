@@ -1,3 +1,20 @@
+/// The setting a person should look at to fix a failure. The library's messages name it in
+/// words; the command line adds the flags that set it (`FailureSubject` → `--service-token-id`…).
+public enum FailureSubject: Sendable, Equatable, CaseIterable {
+    /// The service token (client ID and secret).
+    case serviceToken
+    /// The Access application's hostname.
+    case hostname
+    /// The CA certificates trusted for the edge.
+    case caFile
+    /// Overrides of where names are dialled.
+    case addressOverrides
+    /// The token cache directory.
+    case tokenDirectory
+    /// The local listen address.
+    case listenAddress
+}
+
 /// Which credential the failed request offered, so a message can say what to fix.
 public enum CredentialKind: Sendable, Equatable {
     /// No credential: a first attempt without login.
@@ -38,6 +55,9 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     public let message: String
     /// Technical detail for logs (may be ""); one line; never contains a secret.
     public let detail: String
+    /// The setting to look at to fix it, if one is to blame. Messages name it in words ("the
+    /// service token"); a command line adds its own flag names (issue 11.14).
+    public let subject: FailureSubject?
 
     /// The message.
     public var description: String { message }
@@ -50,17 +70,20 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// Makes a failure from text that may come from elsewhere: `message` and `detail` are
     /// put on one line and passed through `Redaction.scrub`.
-    public init(category: Category, isRetryable: Bool, message: String, detail: String = "") {
+    public init(category: Category, isRetryable: Bool, message: String, detail: String = "",
+                subject: FailureSubject? = nil) {
         self.init(trusted: category, isRetryable: isRetryable,
-                  message: Redaction.scrub(message), detail: Redaction.scrub(detail))
+                  message: Redaction.scrub(message), detail: Redaction.scrub(detail), subject: subject)
     }
 
     /// Our own wording; inputs were already made safe by the factory.
-    init(trusted category: Category, isRetryable: Bool, message: String, detail: String) {
+    init(trusted category: Category, isRetryable: Bool, message: String, detail: String,
+         subject: FailureSubject? = nil) {
         self.category = category
         self.isRetryable = isRetryable
         self.message = Display.oneLine(message)
         self.detail = Display.oneLine(detail)
+        self.subject = subject
     }
 
     // MARK: Access
@@ -75,16 +98,17 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         switch credential {
         case .serviceToken:
             message = "Cloudflare Access rejected the service token for \(host) (redirected to login): "
-                + "check --service-token-id/--service-token-secret"
+                + "check the service token's client ID and secret"
         case .accessToken:
             message = "Cloudflare Access rejected the access token for \(host) (redirected to login): "
                 + "log in again with `cf-access-tcp login \(host)`"
         case .none:
             message = "\(host) needs a Cloudflare Access login: run `cf-access-tcp login \(host)`, "
-                + "or pass a service token with --service-token-id and --service-token-secret"
+                + "or use a service token"
         }
         let detail = loginURL.map { "Access login redirect to " + Redaction.url($0) } ?? ""
-        return TunnelFailure(trusted: .authentication, isRetryable: false, message: message, detail: detail)
+        return TunnelFailure(trusted: .authentication, isRetryable: false, message: message, detail: detail,
+                             subject: credential == .accessToken ? nil : .serviceToken)
     }
 
     /// The failure for each kind of refused upgrade. `.accessLoginRequired` is
@@ -99,14 +123,14 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             return TunnelFailure(
                 trusted: .configuration, isRetryable: false,
                 message: "\(host) answered with a redirect (HTTP \(statusText(status))) that is not an Access login: "
-                    + "check that --hostname is the Access application's hostname",
-                detail: location.map { "Location: " + Redaction.url($0) } ?? "no Location header")
+                    + "check that the hostname is the Access application's hostname",
+                detail: location.map { "Location: " + Redaction.url($0) } ?? "no Location header", subject: .hostname)
         case .unauthorized:
             return TunnelFailure(
                 trusted: .authentication, isRetryable: false,
                 message: "Cloudflare Access refused \(host) (HTTP 401 Unauthorized): check the service token "
-                    + "(--service-token-id/--service-token-secret) or log in again with `cf-access-tcp login \(host)`",
-                detail: "HTTP 401")
+                    + "or log in again with `cf-access-tcp login \(host)`",
+                detail: "HTTP 401", subject: .serviceToken)
         case .forbidden:
             return TunnelFailure(
                 trusted: .authentication, isRetryable: false,
@@ -116,9 +140,9 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         case .notFound:
             return TunnelFailure(
                 trusted: .configuration, isRetryable: false,
-                message: "\(host) answered HTTP 404 Not Found: check --hostname; "
+                message: "\(host) answered HTTP 404 Not Found: check the hostname; "
                     + "no Access application or tunnel serves that host and path",
-                detail: "HTTP 404")
+                detail: "HTTP 404", subject: .hostname)
         case .badGateway(let status):
             return TunnelFailure(
                 trusted: .transport, isRetryable: true,
@@ -134,8 +158,8 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             return TunnelFailure(
                 trusted: .protocolViolation, isRetryable: false,
                 message: "\(host) answered the WebSocket upgrade with HTTP \(statusText(status)) "
-                    + "instead of 101 Switching Protocols: check that --hostname is an Access application for TCP",
-                detail: "HTTP \(status)")
+                    + "instead of 101 Switching Protocols: check that the hostname is an Access application for TCP",
+                detail: "HTTP \(status)", subject: .hostname)
         }
     }
 
@@ -149,8 +173,8 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         if reason.isEmpty { reason = "handshake failed" }
         return TunnelFailure(
             trusted: .transport, isRetryable: false,
-            message: "TLS with \(host) failed: \(reason). Check the system clock and the CA (--ca-file)",
-            detail: reason)
+            message: "TLS with \(host) failed: \(reason). Check the system clock and the CA certificates",
+            detail: reason, subject: .caFile)
     }
 
     /// `host` did not resolve. Category `.transport`, retryable.
@@ -199,14 +223,14 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         let what = Redaction.scrub(what)
         return TunnelFailure(
             trusted: .protocolViolation, isRetryable: false,
-            message: "Protocol violation: \(what); check that --hostname is an Access application for TCP",
-            detail: what)
+            message: "Protocol violation: \(what); check that the hostname is an Access application for TCP",
+            detail: what, subject: .hostname)
     }
 
     /// A configuration problem found while running. Category `.configuration`, not retryable;
     /// the message is the error's.
-    public static func configuration(_ error: ConfigurationError) -> TunnelFailure {
-        TunnelFailure(trusted: .configuration, isRetryable: false, message: error.message, detail: "")
+    public static func configuration(_ error: ConfigurationError, subject: FailureSubject? = nil) -> TunnelFailure {
+        TunnelFailure(trusted: .configuration, isRetryable: false, message: error.message, detail: "", subject: subject)
     }
 
     /// A bug of ours. `what` is scrubbed. Category `.internal`, not retryable.

@@ -143,7 +143,7 @@ public final class CarrierLoop: @unchecked Sendable {
         }
         guard let made else {
             throw TunnelFailure.configuration(ConfigurationError(
-                "cannot load the CA certificates from \(caFile): give a readable PEM file with --ca-file"))
+                "cannot load the CA certificates from \(caFile): give a readable PEM file of CA certificates"), subject: .caFile)
         }
         vhost = made
 

@@ -46,7 +46,7 @@ public final class LoopbackListener: @unchecked Sendable {
             Glibc.close(s)
             if err == EADDRINUSE {
                 throw .configuration(ConfigurationError(
-                    "\(shown) is already in use: pick another port with --url, or port 0 for any free one"))
+                    "\(shown) is already in use: pick another port, or port 0 for any free one"), subject: .listenAddress)
             }
             throw .configuration(ConfigurationError("cannot listen on \(shown): \(String(cString: strerror(err)))"))
         }

@@ -117,7 +117,7 @@ struct TCPCommand: AsyncParsableCommand {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
             notice.cancel()
         } catch {
-            report.line(error.message)
+            report.line(error.withFlags)
             // Let the session's tasks settle before the process exits under them.
             await tunnel.disconnect()
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
@@ -155,7 +155,7 @@ struct TCPCommand: AsyncParsableCommand {
             port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
             notice.cancel()
         } catch {
-            report.line(error.message)
+            report.line(error.withFlags)
             await tunnel.disconnect()
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
@@ -210,9 +210,26 @@ final class OutputFinished: @unchecked Sendable {
 extension Error {
     /// The plain message of a tunnel or configuration failure, or a description of any other error.
     var message: String {
-        if let failure = self as? TunnelFailure { return failure.message }
+        if let failure = self as? TunnelFailure { return failure.withFlags }
         if let error = self as? ConfigurationError { return error.message }
         return "\(self)"
+    }
+}
+
+extension TunnelFailure {
+    /// The message with the flags of what it names, for this command line's output.
+    var withFlags: String { message + (subject.map(flagHint) ?? "") }
+}
+
+/// The flags that set what a failure names (the library's messages name no flags).
+func flagHint(_ subject: FailureSubject) -> String {
+    switch subject {
+    case .serviceToken: return " (--service-token-id, --service-token-secret)"
+    case .hostname: return " (--hostname)"
+    case .caFile: return " (--ca-file)"
+    case .addressOverrides: return " (--resolve, --connect-to)"
+    case .tokenDirectory: return " (--token-dir)"
+    case .listenAddress: return " (--url)"
     }
 }
 

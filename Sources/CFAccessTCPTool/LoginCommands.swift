@@ -39,7 +39,7 @@ struct LoginCommand: ParsableCommand {
         do {
             token = try runAuthWork { () async throws(TunnelFailure) -> String in try await provider.login(for: origin) }
         } catch {
-            writeStderr("cf-access-tcp: \(error.message)")
+            writeStderr("cf-access-tcp: \(error.withFlags)")
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
         if printToken || noVerbose {
@@ -74,7 +74,7 @@ struct TokenCommand: ParsableCommand {
         do {
             token = try runAuthWork { () async throws(TunnelFailure) -> String? in try await provider.cachedAppToken(for: origin) }
         } catch {
-            writeStderr("cf-access-tcp: \(error.message)")
+            writeStderr("cf-access-tcp: \(error.withFlags)")
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
         guard let token else {

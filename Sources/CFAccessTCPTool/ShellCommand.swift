@@ -270,7 +270,7 @@ final class ShellRunner: @unchecked Sendable {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
         } catch {
             await tunnel.disconnect()
-            throw Stop(message: error.message, status: ExitStatus(failure: error.category))
+            throw Stop(message: error.withFlags, status: ExitStatus(failure: error.category))
         }
         let session: SSHSession
         do {

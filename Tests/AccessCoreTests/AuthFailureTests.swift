@@ -48,7 +48,7 @@ struct AuthFailureTests {
         FailureCase(name: "tokenCache",
                     failure: .tokenCache(path: "/root/.cloudflared", reason: "Permission denied"),
                     category: .configuration, retryable: false,
-                    contains: ["/root/.cloudflared", "Permission denied", "--token-dir"]),
+                    contains: ["/root/.cloudflared", "Permission denied", "another token directory"]),
         FailureCase(name: "loginCancelled", failure: .loginCancelled(host: host),
                     category: .authentication, retryable: false, contains: ["Login to ssh.example.com was cancelled"]),
     ]

@@ -30,7 +30,7 @@ struct TunnelFailureTests {
         FailureCase(name: "accessRejected service token",
                     failure: .accessRejected(host: host, credential: .serviceToken, loginURL: loginURL),
                     category: .authentication, retryable: false,
-                    contains: [host, "--service-token-id/--service-token-secret"]),
+                    contains: [host, "check the service token's client ID and secret"]),
         FailureCase(name: "accessRejected access token",
                     failure: .accessRejected(host: host, credential: .accessToken, loginURL: loginURL),
                     category: .authentication, retryable: false,
@@ -38,21 +38,21 @@ struct TunnelFailureTests {
         FailureCase(name: "accessRejected no credential",
                     failure: .accessRejected(host: host, credential: .none, loginURL: nil),
                     category: .authentication, retryable: false,
-                    contains: [host, "`cf-access-tcp login ssh.example.com`", "--service-token-id"]),
+                    contains: [host, "`cf-access-tcp login ssh.example.com`", "or use a service token"]),
         FailureCase(name: "refused login", failure: .refused(host: host, refusal: .accessLoginRequired(loginURL: loginURL)),
                     category: .authentication, retryable: false, contains: [host, "cf-access-tcp login"]),
         FailureCase(name: "refused redirect",
                     failure: .refused(host: host, refusal: .redirect(status: 301, location: loginURL)),
-                    category: .configuration, retryable: false, contains: [host, "HTTP 301", "check that --hostname"]),
+                    category: .configuration, retryable: false, contains: [host, "HTTP 301", "check that the hostname"]),
         FailureCase(name: "refused redirect without Location",
                     failure: .refused(host: host, refusal: .redirect(status: 307, location: nil)),
-                    category: .configuration, retryable: false, contains: [host, "HTTP 307", "--hostname"]),
+                    category: .configuration, retryable: false, contains: [host, "HTTP 307", "the hostname"]),
         FailureCase(name: "refused 401", failure: .refused(host: host, refusal: .unauthorized),
                     category: .authentication, retryable: false, contains: [host, "HTTP 401", "log in again"]),
         FailureCase(name: "refused 403", failure: .refused(host: host, refusal: .forbidden),
                     category: .authentication, retryable: false, contains: [host, "HTTP 403", "policy"]),
         FailureCase(name: "refused 404", failure: .refused(host: host, refusal: .notFound),
-                    category: .configuration, retryable: false, contains: [host, "HTTP 404", "check --hostname"]),
+                    category: .configuration, retryable: false, contains: [host, "HTTP 404", "check the hostname"]),
         FailureCase(name: "refused 502", failure: .refused(host: host, refusal: .badGateway(status: 502)),
                     category: .transport, retryable: true, contains: [host, "HTTP 502", "try again later"]),
         FailureCase(name: "refused 530", failure: .refused(host: host, refusal: .badGateway(status: 530)),
@@ -61,11 +61,11 @@ struct TunnelFailureTests {
                     category: .transport, retryable: true, contains: [host, "HTTP 429", "try again"]),
         FailureCase(name: "refused 200", failure: .refused(host: host, refusal: .unexpectedStatus(200)),
                     category: .protocolViolation, retryable: false,
-                    contains: [host, "HTTP 200 OK", "101 Switching Protocols", "--hostname"]),
+                    contains: [host, "HTTP 200 OK", "101 Switching Protocols", "the hostname"]),
         FailureCase(name: "tls",
                     failure: .tls(host: host, reason: "certificate verify failed\nCf-Access-Client-Secret: \(Planted.secret) token=\(Planted.jwt)"),
                     category: .transport, retryable: false,
-                    contains: [host, "certificate verify failed", "Check the system clock and the CA (--ca-file)"]),
+                    contains: [host, "certificate verify failed", "Check the system clock and the CA certificates"]),
         FailureCase(name: "dns", failure: .dns(host: host), category: .transport, retryable: true,
                     contains: [host, "check the hostname and your network (DNS)"]),
         FailureCase(name: "connectionRefused", failure: .connectionRefused(address: "198.51.100.7:443"),
@@ -76,7 +76,7 @@ struct TunnelFailureTests {
         FailureCase(name: "timedOut", failure: .timedOut(host: host, seconds: 15), category: .transport, retryable: true,
                     contains: [host, "within 15 s", "check your network"]),
         FailureCase(name: "protocolViolation", failure: .protocolViolation("text frame received"),
-                    category: .protocolViolation, retryable: false, contains: ["text frame received", "--hostname"]),
+                    category: .protocolViolation, retryable: false, contains: ["text frame received", "the hostname"]),
         FailureCase(name: "configuration", failure: .configuration(ConfigurationError("--url is empty: give one")),
                     category: .configuration, retryable: false, contains: ["--url is empty: give one"]),
         FailureCase(name: "internalError", failure: .internalError("state \(Planted.jwt)"),
@@ -105,11 +105,11 @@ struct TunnelFailureTests {
     @Test func accessRejectedMessages() {
         let url = Self.loginURL
         #expect(TunnelFailure.accessRejected(host: Self.host, credential: .serviceToken, loginURL: url).message
-            == "Cloudflare Access rejected the service token for ssh.example.com (redirected to login): check --service-token-id/--service-token-secret")
+            == "Cloudflare Access rejected the service token for ssh.example.com (redirected to login): check the service token's client ID and secret")
         #expect(TunnelFailure.accessRejected(host: Self.host, credential: .accessToken, loginURL: url).message
             == "Cloudflare Access rejected the access token for ssh.example.com (redirected to login): log in again with `cf-access-tcp login ssh.example.com`")
         #expect(TunnelFailure.accessRejected(host: Self.host, credential: .none, loginURL: url).message
-            == "ssh.example.com needs a Cloudflare Access login: run `cf-access-tcp login ssh.example.com`, or pass a service token with --service-token-id and --service-token-secret")
+            == "ssh.example.com needs a Cloudflare Access login: run `cf-access-tcp login ssh.example.com`, or use a service token")
     }
 
     @Test func loginURLDetailKeepsHostAndPathOnly() {
@@ -133,7 +133,7 @@ struct TunnelFailureTests {
         #expect(TunnelFailure.connectionRefused(address: "192.0.2.1:443").message
             == "Connection refused by 192.0.2.1:443: is the edge address right?")
         #expect(TunnelFailure.tls(host: Self.host, reason: "unable to get local issuer certificate.").message
-            == "TLS with ssh.example.com failed: unable to get local issuer certificate. Check the system clock and the CA (--ca-file)")
+            == "TLS with ssh.example.com failed: unable to get local issuer certificate. Check the system clock and the CA certificates")
         let timeout = TunnelFailure.timedOut(host: Self.host, seconds: 15)
         #expect(timeout.message.hasPrefix("Connection timed out. No answer from ssh.example.com within 15 s"))
         #expect(TunnelFailure.networkUnavailable(detail: "ENETUNREACH").message.hasPrefix("Network unavailable: "))
@@ -191,5 +191,33 @@ struct RedactionTests {
     ])
     func scrub(_ raw: String, _ expected: String) {
         #expect(Redaction.scrub(raw) == expected)
+    }
+}
+
+/// Issue 11.14: no flags in the library's messages.
+@Suite("TunnelFailure subjects")
+struct TunnelFailureSubjectTests {
+    static let host = "ssh.example.com"
+
+    @Test("library messages name settings in words, never a command-line flag; the subject says which setting (11.14)")
+    func noFlagsInLibraryMessages() {
+        let failures: [(TunnelFailure, FailureSubject?)] = [
+            (.accessRejected(host: Self.host, credential: .serviceToken, loginURL: nil), .serviceToken),
+            (.accessRejected(host: Self.host, credential: .none, loginURL: nil), .serviceToken),
+            (.accessRejected(host: Self.host, credential: .accessToken, loginURL: nil), nil),
+            (.refused(host: Self.host, refusal: .redirect(status: 301, location: nil)), .hostname),
+            (.refused(host: Self.host, refusal: .unauthorized), .serviceToken),
+            (.refused(host: Self.host, refusal: .notFound), .hostname),
+            (.refused(host: Self.host, refusal: .unexpectedStatus(200)), .hostname),
+            (.tls(host: Self.host, reason: "x"), .caFile),
+            (.protocolViolation("x"), .hostname),
+            (.metadataUnverified(host: Self.host, reason: "x"), .addressOverrides),
+            (.tokenCache(path: "/p", reason: "x"), .tokenDirectory),
+            (.configuration(ConfigurationError("x"), subject: .listenAddress), .listenAddress),
+        ]
+        for (failure, subject) in failures {
+            #expect(!failure.message.contains("--"), "\(failure.message)")
+            #expect(failure.subject == subject, "\(failure.message)")
+        }
     }
 }

@@ -151,4 +151,18 @@ struct CLIHardeningTests {
                              "--service-token-secret", "s"], timeout: 30)
         #expect(!quick.stderr.contains("Connecting to"), "\(quick.stderr)")
     }
+
+    @Test("the command line adds the flags to the library's plain words (11.14)")
+    func flagHints() throws {
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:9", serviceTokens: [(testTokenID, testTokenSecret)])
+        let wrong = try run(try TestPaths.binary("cf-access-tcp"),
+                            try clientArguments(edge: edge, token: (testTokenID, "not-the-secret")), timeout: 30)
+        #expect(wrong.status == 77)
+        #expect(wrong.stderr.contains("check the service token's client ID and secret (--service-token-id, --service-token-secret)"),
+                "\(wrong.stderr)")
+        let untrusted = try run(try TestPaths.binary("cf-access-tcp"),
+                                ["--hostname", testHost, "--connect-to", "127.0.0.1:\(edge.port)", "--id", testTokenID,
+                                 "--secret", testTokenSecret], timeout: 30)
+        #expect(untrusted.stderr.contains("Check the system clock and the CA certificates (--ca-file)"), "\(untrusted.stderr)")
+    }
 }

@@ -19,8 +19,8 @@ extension TunnelFailure {
     public static func metadataUnverified(host: String, reason: String) -> TunnelFailure {
         TunnelFailure(category: .authentication, isRetryable: false,
                       message: "The Access application metadata of \(host) could not be verified: \(reason); "
-                          + "the answer did not come from Cloudflare Access (check --resolve and the network)",
-                      detail: reason)
+                          + "the answer did not come from Cloudflare Access (check the address overrides and the network)",
+                      detail: reason, subject: .addressOverrides)
     }
 
     /// The key set of the auth domain could not be had.
@@ -72,8 +72,8 @@ extension TunnelFailure {
         let reason = Redaction.scrub(reason)
         return TunnelFailure(trusted: .configuration, isRetryable: false,
                              message: "Cannot use the token cache \(Display.oneLine(path)): \(reason); "
-                                 + "check its permissions or pass --token-dir",
-                             detail: reason)
+                                 + "check its permissions or use another token directory",
+                             detail: reason, subject: .tokenDirectory)
     }
 
     /// The login was interrupted (Ctrl-C or cancellation).

@@ -122,7 +122,7 @@ public struct FileTokenStore: TokenStore {
         guard stat(directory, &info) == 0 else { return nil }
         guard (info.st_mode & S_IFMT) == S_IFDIR else { return "\(directory) is not a directory" }
         if info.st_uid != geteuid() {
-            return "the token directory \(directory) belongs to another user (uid \(info.st_uid)): use your own with --token-dir"
+            return "the token directory \(directory) belongs to another user (uid \(info.st_uid)): use a directory of your own"
         }
         let mode = info.st_mode & 0o777
         if mode & 0o022 != 0 {
