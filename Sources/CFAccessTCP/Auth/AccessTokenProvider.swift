@@ -32,7 +32,19 @@ public actor AccessTokenProvider {
     private var appInfos: [String: AppInfo] = [:]
     /// When this process last fetched each auth domain's key set.
     private var keySetFetches: [String: Date] = [:]
-    private var current: (key: String, task: Task<Result<String, TunnelFailure>, Never>)?
+    private var current: InFlight?
+    /// The lookup or login in flight: what it is for, its number, and the cache generation it
+    /// started in.
+    private struct InFlight {
+        let key: String
+        let id: Int
+        let generation: Int
+        let task: Task<Result<String, TunnelFailure>, Never>
+    }
+    private var nextInFlightID = 0
+    /// Counts `invalidate` calls: a lookup that started before the last one may have read the
+    /// token that was just refused (issue 12.3).
+    private var cacheGeneration = 0
 
     /// A provider; every effect has a real default and can be replaced by a test double.
     public init(configuration: AccessLoginConfiguration, logger: Logger,
@@ -62,17 +74,28 @@ public actor AccessTokenProvider {
     /// An application token for `origin`: cached, or from the org-token exchange, or — when
     /// `interactive` — from a browser/device login. Concurrent calls share one login.
     public func appToken(for origin: OriginURL, interactive: Bool) async throws(TunnelFailure) -> String {
+        try await appToken(for: origin, interactive: interactive, startedSince: 0)
+    }
+
+    /// `appToken(for:interactive:)`, sharing only a lookup that started in cache generation
+    /// `minimumGeneration` or later: a forced refresh never takes the answer of a lookup that
+    /// may have read the token it is replacing.
+    func appToken(for origin: OriginURL, interactive: Bool, startedSince minimumGeneration: Int) async throws(TunnelFailure) -> String {
         let key = origin.httpsURL + (interactive ? " interactive" : "")
         while true {
-            if let current {
-                let result = await current.task.value
-                if current.key == key { return try result.get() }
+            if let running = current {
+                let result = await running.task.value
+                if running.key == key && running.generation >= minimumGeneration { return try result.get() }
+                // Someone else's, or too old: once it is done, start our own.
+                if current?.id == running.id { current = nil }
                 continue
             }
+            nextInFlightID += 1
+            let id = nextInFlightID
             let task = Task { await self.obtain(origin: origin, interactive: interactive) }
-            current = (key, task)
+            current = InFlight(key: key, id: id, generation: cacheGeneration, task: task)
             let result = await task.value
-            if self.current?.key == key { self.current = nil }
+            if self.current?.id == id { self.current = nil }
             return try result.get()
         }
     }
@@ -94,6 +117,7 @@ public actor AccessTokenProvider {
         let name = TokenCacheNaming.appTokenFileName(for: app)
         logger.info("deleting the cached app token", metadata: ["path": "\(store.path(of: name))"])
         store.delete(name)
+        cacheGeneration += 1
     }
 
     /// The cached, valid app token of `origin`, or nil; never logs in (for `token`).
@@ -495,7 +519,9 @@ extension AccessTokenProvider: OAuthFlow {
     /// exchange, else the browser or device login. With `refresh` (Access refused the token) the
     /// cached app token is deleted first.
     public func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
-        if refresh { await invalidate(for: origin) }
-        return try await appToken(for: origin, interactive: true)
+        guard refresh else { return try await appToken(for: origin, interactive: true) }
+        await invalidate(for: origin)
+        // Only a lookup started after this invalidation may answer (issue 12.3).
+        return try await appToken(for: origin, interactive: true, startedSince: cacheGeneration)
     }
 }
