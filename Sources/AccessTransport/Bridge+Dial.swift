@@ -123,7 +123,12 @@ extension Bridge {
                 }
             }
             if failed {
+                let size = handshake.headers.reduce(0) { $0 + $1.name.count + $1.value.count + 1 }
                 logger.error("connection \(id): the request headers do not fit libwebsockets' buffer")
+                // Said plainly before libwebsockets reports a vague connection error.
+                fail(.configuration(ConfigurationError(
+                    "the upgrade request's headers (\(size) bytes) do not fit in one request of at most "
+                        + "\(CarrierLoop.requestBufferSize / 1024) KiB: shorten the extra headers")))
                 return -1
             }
         }

@@ -64,6 +64,8 @@ public final class CarrierLoop: @unchecked Sendable {
     private let threadStarted = LockedBox(false)
 
     static let webSocketProtocolName = "cfat-ws"
+    /// libwebsockets' per-thread buffer, which holds the whole upgrade request.
+    static let requestBufferSize = 64 << 10
     static let rawProtocolName = "cfat-raw"
 
     /// Creates the loop; call `start()` before bridging.
@@ -113,7 +115,7 @@ public final class CarrierLoop: @unchecked Sendable {
         info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
         info.port = CONTEXT_PORT_NO_LISTEN
         info.user = Unmanaged.passUnretained(self).toOpaque()
-        info.pt_serv_buf_size = 64 << 10
+        info.pt_serv_buf_size = UInt32(Self.requestBufferSize)
         info.timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
         info.connect_timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
         guard let ctx = lws_create_context(&info) else {

@@ -16,6 +16,10 @@ enum DialFailureClassifier {
             return .refused(host: host, refusal: refusal)
         }
         let lowered = message.lowercased()
+        if let broken = brokenUpgradeAnswer(message) {
+            // The edge answered, but not with a usable WebSocket upgrade: its fault, not the network's.
+            return .protocolViolation("\(host) answered the WebSocket upgrade with \(broken)")
+        }
         if let tlsReason {
             return .tls(host: host, reason: tlsReason)
         }
@@ -42,6 +46,19 @@ enum DialFailureClassifier {
             return .internalError("the WebSocket to \(host) failed without a reason")
         }
         return .networkUnavailable(detail: "\(address): \(message)")
+    }
+
+    /// What libwebsockets' words for a bad answer to the upgrade mean, or nil for other failures.
+    static func brokenUpgradeAnswer(_ message: String) -> String? {
+        let lowered = message.lowercased()
+        if lowered.contains("accept hash") { return "a wrong Sec-WebSocket-Accept in the 101 answer" }
+        if lowered.contains("problems parsing header") {
+            return "a response head that cannot be parsed (malformed, or larger than the header buffer)"
+        }
+        if lowered.hasPrefix("hs: ") && !lowered.contains("not 101") {
+            return "a broken upgrade answer (\(message.dropFirst(4)))"
+        }
+        return nil
     }
 
     /// libwebsockets log lines start with a timestamp and level tag; keep the text after them.

@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `scripts/hostile-upgrade-edge.py`: a TLS edge in Python that answers the WebSocket upgrade
+/// wrongly on purpose (a bad `Sec-WebSocket-Accept`, endless headers, …).
+final class UpgradeEdge: @unchecked Sendable {
+    let process: ManagedProcess
+    let port: Int
+    private let dir: URL
+
+    init(mode: String) throws {
+        let python = which("python3")
+        try requireRealPart(python != nil, "python3 (package python3)")
+        dir = try makeTempDir("cfat-upgrade-edge")
+        let portFile = dir.appendingPathComponent("port")
+        let certs = try certs()
+        process = try ManagedProcess(URL(fileURLWithPath: python!),
+                                     [repositoryRoot.appendingPathComponent("scripts/hostile-upgrade-edge.py").path,
+                                      "--cert", certs.certFile.path, "--key", certs.keyFile.path,
+                                      "--port-file", portFile.path, "--mode", mode])
+        let deadline = Date(timeIntervalSinceNow: 30)
+        var found: Int?
+        while found == nil, Date() < deadline, process.isRunning {
+            if let text = try? String(contentsOf: portFile, encoding: .utf8) { found = Int(text) } else { usleep(50_000) }
+        }
+        guard let found else {
+            process.terminate()
+            throw FixtureError("the upgrade edge did not start:\n\(process.outputReport())")
+        }
+        port = found
+    }
+
+    deinit {
+        process.terminate()
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    func arguments() throws -> [String] {
+        ["--hostname", testHost, "--connect-to", "127.0.0.1:\(port)", "--ca-file", try certs().caFile.path,
+         "--service-token-id", testTokenID, "--service-token-secret", testTokenSecret]
+    }
+}
+
+/// Issue 12.6: each broken answer gets its true reason, not "Network unavailable".
+@Suite("broken upgrade answers", .serialized)
+struct UpgradeAnswerTests {
+    private func runTool(_ arguments: [String]) throws -> (status: Int32, stderr: String) {
+        let result = try run(try TestPaths.binary("cf-access-tcp"), arguments, timeout: 40)
+        return (result.status, result.stderr)
+    }
+
+    @Test("a 101 with a wrong Sec-WebSocket-Accept is the edge's protocol error (exit 76)")
+    func badAccept() throws {
+        let edge = try UpgradeEdge(mode: "bad-accept")
+        let result = try runTool(try edge.arguments())
+        #expect(result.status == 76, "\(result.stderr)")
+        #expect(result.stderr.contains("wrong Sec-WebSocket-Accept"), "\(result.stderr)")
+        #expect(!result.stderr.contains("Network unavailable"))
+    }
+
+    @Test("endless response headers are the edge's protocol error, not the network's")
+    func endlessHeaders() throws {
+        let edge = try UpgradeEdge(mode: "endless")
+        let result = try runTool(try edge.arguments())
+        #expect(result.status == 76, "\(result.stderr)")
+        #expect(result.stderr.contains("cannot be parsed"), "\(result.stderr)")
+        #expect(!result.stderr.contains("Network unavailable"))
+    }
+
+    @Test("request headers too large for one request say so (exit 64), not 'Network unavailable'")
+    func oversizedRequestHeaders() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let big = String(repeating: "a", count: 70_000)
+        let result = try runTool(try clientArguments(edge: edge, extra: ["-H", "X-Big: \(big)"]))
+        #expect(result.status == 64, "\(result.stderr.prefix(600))")
+        #expect(result.stderr.contains("shorten the extra headers"), "\(result.stderr.prefix(600))")
+        #expect(!result.stderr.contains("Network unavailable"))
+    }
+}
