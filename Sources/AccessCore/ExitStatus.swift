@@ -36,6 +36,7 @@ public enum ExitStatus: Int32, Sendable, CaseIterable {
         case .transport: self = .unavailable
         case .protocolViolation: self = .protocolError
         case .internal, .invalidState: self = .software
+        case .localResource: self = .localIO
         }
     }
 }

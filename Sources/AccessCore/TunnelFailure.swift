@@ -45,6 +45,8 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         case protocolViolation
         /// A bug of ours.
         case `internal`
+        /// The machine ran out of something we need: file descriptors, memory.
+        case localResource
     }
 
     /// The kind of failure.
@@ -231,6 +233,15 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     /// the message is the error's.
     public static func configuration(_ error: ConfigurationError, subject: FailureSubject? = nil) -> TunnelFailure {
         TunnelFailure(trusted: .configuration, isRetryable: false, message: error.message, detail: "", subject: subject)
+    }
+
+    /// No file descriptor could be had (EMFILE/ENFILE): says the limit and how to raise it.
+    /// Category `.localResource`, retryable (another connection may end).
+    public static func outOfFileDescriptors(limit: Int?, what: String) -> TunnelFailure {
+        let shown = limit.map { " (the limit is \($0))" } ?? ""
+        return TunnelFailure(trusted: .localResource, isRetryable: true,
+                             message: "Too many open files\(shown): close some connections or raise the limit with `ulimit -n`",
+                             detail: Redaction.scrub(what))
     }
 
     /// A bug of ours. `what` is scrubbed. Category `.internal`, not retryable.

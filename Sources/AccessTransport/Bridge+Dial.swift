@@ -50,7 +50,9 @@ extension Bridge {
         if wsi == nil {
             // Failed synchronously: the wsi no longer exists, whatever callbacks ran before.
             // libwebsockets says nothing about why; the usual cause is no route to the edge.
-            if let problem = AddressResolver.routeProblem(address: address, port: config.dialPort) {
+            if let exhausted = FileDescriptors.exhausted() {
+                fail(exhausted)
+            } else if let problem = AddressResolver.routeProblem(address: address, port: config.dialPort) {
                 fail(TunnelFailure.networkUnavailable(detail: "\(address):\(config.dialPort): \(problem)"))
             } else {
                 fail(TunnelFailure.internalError("libwebsockets refused to start the connection to \(address):\(config.dialPort)"))

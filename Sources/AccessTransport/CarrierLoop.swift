@@ -119,6 +119,7 @@ public final class CarrierLoop: @unchecked Sendable {
         info.timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
         info.connect_timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
         guard let ctx = lws_create_context(&info) else {
+            if let exhausted = FileDescriptors.exhausted() { throw exhausted }
             throw TunnelFailure.internalError("libwebsockets could not create its context")
         }
         context = ctx
@@ -152,7 +153,11 @@ public final class CarrierLoop: @unchecked Sendable {
         // The data path's sockets are watched by one epoll set, which the lws loop watches.
         let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard ep >= 0 else {
-            throw TunnelFailure.internalError("epoll_create1(): \(String(cString: strerror(errno)))")
+            let code = errno
+            if code == EMFILE || code == ENFILE {
+                throw TunnelFailure.outOfFileDescriptors(limit: FileDescriptors.limit, what: "epoll_create1(): \(String(cString: strerror(code)))")
+            }
+            throw TunnelFailure.internalError("epoll_create1(): \(String(cString: strerror(code)))")
         }
         var desc = lws_adopt_desc_t()
         desc.vh = made

@@ -241,7 +241,11 @@ public struct LiveTunnelTransport: TunnelTransport {
     public func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            throw TunnelFailure.internalError("socketpair(): \(String(cString: strerror(errno)))")
+            let code = errno
+            if code == EMFILE || code == ENFILE {
+                throw TunnelFailure.outOfFileDescriptors(limit: FileDescriptors.limit, what: "socketpair(): \(String(cString: strerror(code)))")
+            }
+            throw TunnelFailure.internalError("socketpair(): \(String(cString: strerror(code)))")
         }
         let outcome = OneShot<TunnelFailure?>()
         let end = OneShot<TunnelEnd>()

@@ -80,4 +80,16 @@ struct UpgradeAnswerTests {
         #expect(result.stderr.contains("shorten the extra headers"), "\(result.stderr.prefix(600))")
         #expect(!result.stderr.contains("Network unavailable"))
     }
+
+    @Test("running out of file descriptors says so with the limit (exit 74), never 'Internal error … a bug'", arguments: [6, 9, 12])
+    func outOfFileDescriptors(limit: Int) throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let tool = try TestPaths.binary("cf-access-tcp").path
+        let line = "ulimit -n \(limit) && exec " + ([tool] + (try clientArguments(edge: edge))).map { "'\($0)'" }.joined(separator: " ")
+        let result = try run(URL(fileURLWithPath: "/bin/sh"), ["-c", line], timeout: 40)
+        #expect(result.status == 74, "\(result.stderr)")
+        #expect(result.stderr.contains("Too many open files (the limit is \(limit))"), "\(result.stderr)")
+        #expect(!result.stderr.contains("Internal error"))
+    }
 }
