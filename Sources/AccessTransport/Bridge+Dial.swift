@@ -150,7 +150,8 @@ extension Bridge {
         let failure = DialFailureClassifier.classify(
             host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
             credential: handshake.credential, status: status, location: location, message: message,
-            tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds)
+            tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds,
+            proxy: config.proxy?.description)
         webSocket = nil
         edge.finish()
         fail(failure)

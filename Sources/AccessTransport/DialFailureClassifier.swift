@@ -7,7 +7,7 @@ import AccessCore
 enum DialFailureClassifier {
     static func classify(host: String, address: String, credential: CredentialKind, status: Int,
                          location: String?, message: String, tlsReason: String?, recentLog: [String],
-                         timeoutSeconds: Int) -> TunnelFailure {
+                         timeoutSeconds: Int, proxy: String? = nil) -> TunnelFailure {
         if status >= 200 && status != 101 {
             let refusal = UpgradeRefusal.classify(status: status, location: location)
             if case .accessLoginRequired(let loginURL) = refusal {
@@ -16,6 +16,19 @@ enum DialFailureClassifier {
             return .refused(host: host, refusal: refusal)
         }
         let lowered = message.lowercased()
+        if let proxy, lowered.contains("proxy") {
+            // libwebsockets' words when the proxy's answer to CONNECT is not "HTTP/1.1 200".
+            return TunnelFailure(category: .transport, isRetryable: false,
+                                 message: "The proxy \(proxy) refused to connect to \(address), or answered CONNECT "
+                                     + "with something else than 200: check HTTPS_PROXY and NO_PROXY",
+                                 detail: "\(proxy): \(message)")
+        }
+        if let proxy, status == 0, lowered.contains("refused") || lowered.contains("unable to connect")
+            || lowered.contains("connect failed") {
+            return TunnelFailure(category: .transport, isRetryable: true,
+                                 message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
+                                 detail: "TCP connect to the proxy \(proxy): \(message)")
+        }
         if let broken = brokenUpgradeAnswer(message) {
             // The edge answered, but not with a usable WebSocket upgrade: its fault, not the network's.
             return .protocolViolation("\(host) answered the WebSocket upgrade with \(broken)")

@@ -48,4 +48,21 @@ struct ProxyTests {
         #expect(result.stderr.contains("credentials"))
         #expect(!result.stderr.contains("hunter2"))
     }
+
+    @Test("a proxy that refuses the CONNECT, or the connection, is named as the proxy's doing (12.6)")
+    func refusingProxy() throws {
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:9", serviceTokens: [(testTokenID, testTokenSecret)])
+        let proxy = try ProxyFixture(connectPort: 1)
+        let refused = try run(try TestPaths.binary("cf-access-tcp"), try clientArguments(edge: edge),
+                              env: ["HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)"], timeout: 30)
+        #expect(refused.status == 69, "\(refused.stderr)")
+        #expect(refused.stderr.contains("The proxy 127.0.0.1:\(proxy.port) refused to connect to 127.0.0.1:\(edge.port)"),
+                "\(refused.stderr)")
+        #expect(!refused.stderr.contains("Network unavailable"))
+        let closed = try freeLoopbackPort()
+        let noProxy = try run(try TestPaths.binary("cf-access-tcp"), try clientArguments(edge: edge),
+                              env: ["HTTPS_PROXY": "http://127.0.0.1:\(closed)"], timeout: 30)
+        #expect(noProxy.status == 69, "\(noProxy.stderr)")
+        #expect(noProxy.stderr.contains("Connection refused by the proxy 127.0.0.1:\(closed)"), "\(noProxy.stderr)")
+    }
 }

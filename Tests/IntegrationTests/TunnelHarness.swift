@@ -139,7 +139,8 @@ final class ProxyFixture: @unchecked Sendable {
     private let directory: URL
     private let process: ManagedProcess
 
-    init() throws {
+    /// - Parameter connectPort: allow CONNECT to this port only (tinyproxy answers others 403).
+    init(connectPort: Int? = nil) throws {
         let tinyproxy = which("tinyproxy")
         try requireRealPart(tinyproxy != nil, "tinyproxy (package tinyproxy)")
         directory = try makeTempDir("cfat-proxy")
@@ -154,6 +155,7 @@ final class ProxyFixture: @unchecked Sendable {
         LogLevel Connect
         LogFile "\(logFile.path)"
         MaxClients 50
+        \(connectPort.map { "ConnectPort \($0)" } ?? "")
         """.write(to: config, atomically: true, encoding: .utf8)
         process = try ManagedProcess(URL(fileURLWithPath: tinyproxy!), ["-d", "-c", config.path])
         let deadline = Date(timeIntervalSinceNow: 10)
