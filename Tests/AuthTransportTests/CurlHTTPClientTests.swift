@@ -51,6 +51,12 @@ class H(http.server.BaseHTTPRequestHandler):
             body = b""
         elif self.path == "/big":
             self.send_response(200); body = b"x" * (2 * 1024 * 1024)
+        elif self.path == "/big-header":
+            self.send_response(200); self.send_header("cf-access-metadata", "a" * (2 * 1024 * 1024)); body = b""
+        elif self.path == "/many-headers":
+            self.send_response(200)
+            for i in range(2000): self.send_header("X-Filler-%d" % i, "y" * 60)
+            body = b""
         else:
             self.send_response(200)
             self.send_header("X-Echo-Cookie", self.headers.get("Cookie", ""))
@@ -123,6 +129,19 @@ srv.serve_forever()
     @Test func refusesBodiesOverOneMebibyte() async throws {
         await #expect(throws: TunnelFailure.self) {
             _ = try await self.client().send(HTTPRequest(method: "GET", url: self.base + "/big", timeoutSeconds: 10))
+        }
+    }
+
+    @Test("a 2 MB header, or 120 KB of headers, is 'response headers over 64 KiB', not 'Out of memory' (12.6)",
+          arguments: ["/big-header", "/many-headers"])
+    func refusesOversizedHeaders(path: String) async throws {
+        do {
+            _ = try await client().send(HTTPRequest(method: "GET", url: base + path, timeoutSeconds: 20))
+            Issue.record("the answer was accepted")
+        } catch let failure as TunnelFailure {
+            #expect(failure.message.contains("sent response headers over 64 KiB"), "\(failure.message)")
+            #expect(!failure.message.contains("memory"))
+            #expect(failure.category == .protocolViolation)
         }
     }
 

@@ -40,6 +40,8 @@ public struct ConnectOverride: Sendable, Equatable {
 public struct CurlHTTPClient: HTTPClient {
     /// The largest body accepted.
     public static let bodyLimit = 1 << 20
+    /// The most header bytes accepted in one answer (a metadata JWT is a few KiB).
+    public static let headerLimit = 64 << 10
 
     /// A PEM file of CA certificates to trust instead of the system store.
     public let caFile: String?
@@ -141,6 +143,12 @@ public struct CurlHTTPClient: HTTPClient {
         }
         let reason = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         guard code == CURLE_OK else {
+            if sink.headersOverflowed || code == CURLE_OUT_OF_MEMORY {
+                // libcurl says "Out of memory" for a header line over its own 100 KB cap.
+                return .failure(TunnelFailure(category: .protocolViolation, isRetryable: false,
+                                              message: "\(host) sent response headers over \(Self.headerLimit / 1024) KiB: refusing the answer",
+                                              detail: "headers over \(Self.headerLimit) bytes (libcurl error \(code.rawValue))"))
+            }
             if sink.overflowed {
                 return .failure(TunnelFailure(category: .protocolViolation, isRetryable: false,
                                               message: "\(host) sent more than 1 MiB: refusing the answer",
@@ -208,6 +216,9 @@ private final class ResponseSink {
     var body: [UInt8] = []
     var headers: [(name: String, value: String)] = []
     var overflowed = false
+    /// Bytes of header lines received; past `CurlHTTPClient.headerLimit` the answer is refused.
+    var headerBytes = 0
+    var headersOverflowed = false
 
     init(limit: Int) { self.limit = limit }
 
@@ -247,6 +258,11 @@ private let curlHeaderCallback: @convention(c) (UnsafeMutablePointer<CChar>?, In
     let sink = Unmanaged<ResponseSink>.fromOpaque(user).takeUnretainedValue()
     let total = size * count
     guard total > 0, let data else { return total }
+    sink.headerBytes += total
+    guard sink.headerBytes <= CurlHTTPClient.headerLimit else {
+        sink.headersOverflowed = true
+        return 0
+    }
     sink.appendHeaderLine(UnsafeRawBufferPointer(start: data, count: total))
     return total
 }
