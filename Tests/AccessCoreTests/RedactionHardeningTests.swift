@@ -36,7 +36,8 @@ struct RedactionHardeningTests {
     }
 
     @Test("host names, paths and versions are not mistaken for tokens", arguments: [
-        "ssh.cfat.test", "cf-access-tcp/0.1.0", "a.b.c", "example.com:443", "v=1.2.3",
+        "ssh.cfat.test", "cf-access-tcp/0.1.0", "a.b.c", "example.com:443", "v=1.2.3", "ey/a.bb.cc", "k=eyab.cd",
+        "ey.a.b",
     ])
     func notTokens(_ input: String) {
         #expect(Redaction.scrub(input) == input)

@@ -37,4 +37,21 @@ struct TunnelEndTests {
         #expect(failure?.isRetryable == false)
         #expect(TunnelEnd.keepaliveTimeout(seconds: 90).failure(host: "h")?.category == .transport)
     }
+
+    @Test("every end has its own plain line, each case")
+    func everyMessage() {
+        let host = "ssh.example.com"
+        #expect(TunnelEnd.closedByEdge(code: 1000).message(host: host) == "the edge closed the tunnel to ssh.example.com (code 1000)")
+        #expect(TunnelEnd.closedByEdge(code: nil).message(host: host) == "the edge closed the tunnel to ssh.example.com")
+        #expect(TunnelEnd.closedByEdge(code: 1011).message(host: host)
+            == "the edge closed the tunnel to ssh.example.com with an error (code 1011): the connection is lost")
+        #expect(TunnelEnd.writeFailed(detail: "EPIPE").message(host: host)
+            == "writing to the edge failed (EPIPE): the tunnel to ssh.example.com is lost")
+        #expect(TunnelEnd.localIOFailed(detail: "cannot write to stdout").message(host: host)
+            == "cannot write to stdout: the tunnel to ssh.example.com was closed")
+        let refused = TunnelFailure.dns(host: host)
+        #expect(TunnelEnd.failedToOpen(refused).message(host: host) == refused.message)
+        #expect(TunnelEnd.closedByEdge(code: 1011).failure(host: host)?.category == .transport)
+    }
 }
+
