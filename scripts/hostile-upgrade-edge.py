@@ -10,7 +10,8 @@ Modes:
               splits those bytes into two records at offset k (connections past the end write one
               record again). So a listener test walks every split offset with one edge.
   bad-accept  answer 101 with a wrong Sec-WebSocket-Accept.
-  not-http    answer with bytes that are not HTTP.
+  not-http    answer with bytes that are not HTTP (and keep the connection open).
+  not-http-close  the same, then close the connection.
   endless     answer "HTTP/1.1 101" and then header lines forever (until the client goes).
 
 It writes its port to --port-file once it listens, serves until killed, and logs one line per
@@ -82,6 +83,9 @@ def serve(conn, index, args):
             conn.sendall(response_101(base64.b64encode(b"not the right hash!!").decode()))
         elif args.mode == "not-http":
             conn.sendall(b"SSH-2.0-OpenSSH_9.2 not a web server\r\n")
+        elif args.mode == "not-http-close":
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2 not a web server\r\n")
+            return
         elif args.mode == "endless":
             conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\n")
             n = 0
@@ -106,7 +110,7 @@ def main():
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--port-file", required=True)
-    parser.add_argument("--mode", choices=["banner", "bad-accept", "not-http", "endless"], default="banner")
+    parser.add_argument("--mode", choices=["banner", "bad-accept", "not-http", "not-http-close", "endless"], default="banner")
     parser.add_argument("--banner", default="SSH-2.0-HostileEdge_1.0\r\n")
     args = parser.parse_args()
 

@@ -29,6 +29,14 @@ enum DialFailureClassifier {
                                  message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
                                  detail: "TCP connect to the proxy \(proxy): \(message)")
         }
+        if status == 0, lowered == "read failed" {
+            // TCP and TLS were up, then the stream ended before a whole HTTP answer came.
+            return TunnelFailure(category: .transport, isRetryable: true,
+                                 message: "\(host) closed the connection without a complete answer to the WebSocket upgrade "
+                                     + "(an answer that is not HTTP, or a dropped connection): check that the hostname is an "
+                                     + "Access application for TCP, then try again",
+                                 detail: "\(address): \(message)", subject: .hostname)
+        }
         if let broken = brokenUpgradeAnswer(message) {
             // The edge answered, but not with a usable WebSocket upgrade: its fault, not the network's.
             return .protocolViolation("\(host) answered the WebSocket upgrade with \(broken)")

@@ -74,6 +74,11 @@ struct TCPCommand: AsyncParsableCommand {
         let logging: LoggingSetup
         let settings: TunnelSettings
         do {
+            // Every flag is checked before the log file is touched: a usage error creates or
+            // changes no file (issue 12.4).
+            _ = try TunnelSettings(flags: flags, environment: environment,
+                                   logger: Logger(label: "cf-access-tcp", factory: { _ in SwiftLogNoOpLogHandler() }))
+            try LoggingSetup.checkLevel(flags.loglevel)
             logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
             settings = try TunnelSettings(flags: flags, environment: environment, logger: logging.logger)
         } catch {

@@ -7,7 +7,12 @@ import Logging
 struct LoggingSetup {
     let logger: Logger
 
-    init(level raw: String, file: String?, directory: String?) throws(ConfigurationError) {
+    /// Checks a `--loglevel` value without setting anything up.
+    static func checkLevel(_ raw: String) throws(ConfigurationError) {
+        _ = try level(raw)
+    }
+
+    private static func level(_ raw: String) throws(ConfigurationError) -> Logger.Level {
         let level: Logger.Level
         switch raw.lowercased() {
         case "trace": level = .trace
@@ -19,6 +24,11 @@ struct LoggingSetup {
         default:
             throw ConfigurationError("--loglevel \(raw) is unknown: use debug, info, warn, error or fatal")
         }
+        return level
+    }
+
+    init(level raw: String, file: String?, directory: String?) throws(ConfigurationError) {
+        let level = try Self.level(raw)
         let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
         let sink: LineSink
         if let path {

@@ -165,4 +165,16 @@ struct CLIHardeningTests {
                                  "--secret", testTokenSecret], timeout: 30)
         #expect(untrusted.stderr.contains("Check the system clock and the CA certificates (--ca-file)"), "\(untrusted.stderr)")
     }
+
+    @Test("a usage error touches no log file: flags are checked before logging is set up (12.4)")
+    func usageErrorLeavesNoLogFile() throws {
+        let dir = try makeTempDir("cfat-usage-log")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let log = dir.appendingPathComponent("client.log")
+        let result = try run(try TestPaths.binary("cf-access-tcp"),
+                             ["--hostname", testHost, "--keepalive", "-5", "--logfile", log.path], timeout: 20)
+        #expect(result.status == 64, "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: log.path), "the log file was created on a usage error")
+    }
 }
+

@@ -70,6 +70,15 @@ struct UpgradeAnswerTests {
         #expect(!result.stderr.contains("Network unavailable"))
     }
 
+    @Test("an answer that is not HTTP, then a close, is named as such, not 'Network unavailable'")
+    func notHTTPThenClose() throws {
+        let edge = try UpgradeEdge(mode: "not-http-close")
+        let result = try runTool(try edge.arguments())
+        #expect(result.status == 69, "\(result.stderr)")
+        #expect(result.stderr.contains("closed the connection without a complete answer to the WebSocket upgrade"), "\(result.stderr)")
+        #expect(!result.stderr.contains("Network unavailable"))
+    }
+
     @Test("request headers too large for one request say so (exit 64), not 'Network unavailable'")
     func oversizedRequestHeaders() throws {
         let echo = try TargetFixture(.echo)
