@@ -47,8 +47,11 @@ public enum Redaction {
         var inSecretHeaderValue = false
         var redactNextWord = false
         for word in words {
+            // A "Name:" word that itself holds something scrubbing removes is not a name:
+            // otherwise its scrubbed form would read as a secret header's value next time.
             let isHeaderName = word.count > 1 && word.hasSuffix(":")
                 && word.dropLast().unicodeScalars.allSatisfy(\.isHTTPTokenCharacter)
+                && scrubWord(word) == word
             if inSecretHeaderValue && !isHeaderName {
                 if output.last != placeholder { output.append(placeholder) }
                 continue

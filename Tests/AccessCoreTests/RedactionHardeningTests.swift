@@ -10,6 +10,9 @@ struct RedactionHardeningTests {
         "Cf-Access-Client-Secret: hunter2 Host: x", "https://u:p@h.example/p?token=1#frag",
         "Bearer abc.def.ghi", "password=[redacted] next", "cookie=[redacted]]", "plain words only",
         "x eyJh.eyJi.c y", "session=abc;path=/",
+        // Found by scripts/fuzz: a "Name:" word holding a JWT shape, after a secret header.
+        "proxy-authorizations:\u{0}\u{3}\u{0}ax/\u{0}B\u{0}eyJh.eh~tzs:\u{0}\u{3}\u{0}axtoE\r\u{1}\u{0}",
+        "Authorization: x eyJh.eyJi.c~d: tail",
     ]
 
     @Test("scrubbing twice gives the same text as scrubbing once", arguments: inputs)
