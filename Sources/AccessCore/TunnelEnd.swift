@@ -76,11 +76,14 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
         guard !isClean else { return nil }
         if case .failedToOpen(let failure) = self { return failure }
         let category: TunnelFailure.Category
+        let kind: TunnelFailure.Kind
         switch self {
-        case .protocolViolation: category = .protocolViolation
-        default: category = .transport
+        case .protocolViolation: (category, kind) = (.protocolViolation, .protocolViolation)
+        case .localIOFailed: (category, kind) = (.localResource, .localIO)
+        default: (category, kind) = (.transport, .connectionLost)
         }
-        return TunnelFailure(category: category, isRetryable: false, message: message(host: host), detail: description)
+        return TunnelFailure(category: category, isRetryable: false, message: message(host: host), detail: description,
+                             kind: kind)
     }
 
     /// A short name for logs.

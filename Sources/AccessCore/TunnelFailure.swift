@@ -25,11 +25,16 @@ public enum CredentialKind: Sendable, Equatable {
     case accessToken
 }
 
-/// A failure of the tunnel: a category, whether trying again may help, a plain one-line
-/// message for people that says what to do, and technical detail for logs apart.
+/// A failure of the tunnel: what went wrong (``Kind``, for code to switch on), a category,
+/// whether trying again may help, a plain one-line message for people that says what to do,
+/// and technical detail for logs apart.
 ///
 /// Neither `message` nor `detail` ever holds a secret: the factories take no secrets and
 /// pass outside text (reasons, URLs) through `Redaction`.
+///
+/// Two failures are equal when their kind, category, retry hint, subject and detail are: the
+/// message is wording for people and may change. (Failures of kind ``Kind/unspecified`` also
+/// compare their messages, as nothing else tells them apart.)
 public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
     /// The kind of failure, for exit codes and retry policy.
     public enum Category: Sendable, Equatable {
@@ -49,7 +54,9 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         case localResource
     }
 
-    /// The kind of failure.
+    /// What went wrong; stable, for code to act on.
+    public let kind: Kind
+    /// The coarse group of the failure: picks the exit status and the retry policy.
     public let category: Category
     /// Whether the same attempt may succeed later without a change by the user.
     public let isRetryable: Bool
@@ -64,23 +71,30 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     /// The message.
     public var description: String { message }
 
-    /// Category, message and detail, for logs.
+    /// Kind, category, message and detail, for logs.
     public var debugDescription: String {
-        "TunnelFailure(\(category), retryable: \(isRetryable), message: \(message)"
+        "TunnelFailure(\(kind), \(category), retryable: \(isRetryable), message: \(message)"
             + (detail.isEmpty ? ")" : ", detail: \(detail))")
+    }
+
+    public static func == (lhs: TunnelFailure, rhs: TunnelFailure) -> Bool {
+        lhs.kind == rhs.kind && lhs.category == rhs.category && lhs.isRetryable == rhs.isRetryable
+            && lhs.subject == rhs.subject && lhs.detail == rhs.detail
+            && (lhs.kind != .unspecified || lhs.message == rhs.message)
     }
 
     /// Makes a failure from text that may come from elsewhere: `message` and `detail` are
     /// put on one line and passed through `Redaction.scrub`.
     public init(category: Category, isRetryable: Bool, message: String, detail: String = "",
-                subject: FailureSubject? = nil) {
+                subject: FailureSubject? = nil, kind: Kind = .unspecified) {
         self.init(trusted: category, isRetryable: isRetryable,
-                  message: Redaction.scrub(message), detail: Redaction.scrub(detail), subject: subject)
+                  message: Redaction.scrub(message), detail: Redaction.scrub(detail), subject: subject, kind: kind)
     }
 
     /// Our own wording; inputs were already made safe by the factory.
     init(trusted category: Category, isRetryable: Bool, message: String, detail: String,
-         subject: FailureSubject? = nil) {
+         subject: FailureSubject? = nil, kind: Kind) {
+        self.kind = kind
         self.category = category
         self.isRetryable = isRetryable
         self.message = Display.oneLine(message)
@@ -109,8 +123,10 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
                 + "or use a service token"
         }
         let detail = loginURL.map { "Access login redirect to " + Redaction.url($0) } ?? ""
-        return TunnelFailure(trusted: .authentication, isRetryable: false, message: message, detail: detail,
-                             subject: credential == .accessToken ? nil : .serviceToken)
+        return TunnelFailure(trusted: .authentication, isRetryable: false, message: message,
+                             detail: detail,
+                             subject: credential == .accessToken ? nil : .serviceToken,
+                             kind: credential == .none ? .loginRequired : .accessRejected)
     }
 
     /// The failure for each kind of refused upgrade. `.accessLoginRequired` is
@@ -126,42 +142,43 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
                 trusted: .configuration, isRetryable: false,
                 message: "\(host) answered with a redirect (HTTP \(statusText(status))) that is not an Access login: "
                     + "check that the hostname is the Access application's hostname",
-                detail: location.map { "Location: " + Redaction.url($0) } ?? "no Location header", subject: .hostname)
+                detail: location.map { "Location: " + Redaction.url($0) } ?? "no Location header", subject: .hostname,
+                kind: .unexpectedRedirect)
         case .unauthorized:
             return TunnelFailure(
                 trusted: .authentication, isRetryable: false,
                 message: "Cloudflare Access refused \(host) (HTTP 401 Unauthorized): check the service token "
                     + "or log in again with `cf-access-tcp login \(host)`",
-                detail: "HTTP 401", subject: .serviceToken)
+                detail: "HTTP 401 from \(host)", subject: .serviceToken, kind: .accessRejected)
         case .forbidden:
             return TunnelFailure(
                 trusted: .authentication, isRetryable: false,
                 message: "Cloudflare Access denied \(host) (HTTP 403 Forbidden): "
                     + "your identity or service token is not allowed by the application's policy",
-                detail: "HTTP 403")
+                detail: "HTTP 403 from \(host)", kind: .accessDenied)
         case .notFound:
             return TunnelFailure(
                 trusted: .configuration, isRetryable: false,
                 message: "\(host) answered HTTP 404 Not Found: check the hostname; "
                     + "no Access application or tunnel serves that host and path",
-                detail: "HTTP 404", subject: .hostname)
+                detail: "HTTP 404 from \(host)", subject: .hostname, kind: .notFound)
         case .badGateway(let status):
             return TunnelFailure(
                 trusted: .transport, isRetryable: true,
                 message: "The Cloudflare edge for \(host) answered HTTP \(status): "
                     + "the origin or its tunnel is down; try again later",
-                detail: "HTTP \(statusText(status))")
+                detail: "HTTP \(statusText(status)) from \(host)", kind: .originUnavailable)
         case .unexpectedStatus(429):
             return TunnelFailure(
                 trusted: .transport, isRetryable: true,
                 message: "\(host) answered HTTP 429 Too Many Requests: wait a minute, then try again",
-                detail: "HTTP 429")
+                detail: "HTTP 429 from \(host)", kind: .rateLimited)
         case .unexpectedStatus(let status):
             return TunnelFailure(
                 trusted: .protocolViolation, isRetryable: false,
                 message: "\(host) answered the WebSocket upgrade with HTTP \(statusText(status)) "
                     + "instead of 101 Switching Protocols: check that the hostname is an Access application for TCP",
-                detail: "HTTP \(status)", subject: .hostname)
+                detail: "HTTP \(status) from \(host)", subject: .hostname, kind: .unexpectedStatus)
         }
     }
 
@@ -176,7 +193,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         return TunnelFailure(
             trusted: .transport, isRetryable: false,
             message: "TLS with \(host) failed: \(reason). Check the system clock and the CA certificates",
-            detail: reason, subject: .caFile)
+            detail: reason, subject: .caFile, kind: .tls)
     }
 
     /// `host` did not resolve. Category `.transport`, retryable.
@@ -185,7 +202,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
             message: "Cannot resolve \(host): check the hostname and your network (DNS)",
-            detail: "DNS lookup of \(host) failed: name not found, or network unavailable")
+            detail: "DNS lookup of \(host) failed: name not found, or network unavailable", kind: .dns)
     }
 
     /// The TCP connection to `address` was refused. Category `.transport`, retryable.
@@ -194,7 +211,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
             message: "Connection refused by \(address): is the edge address right?",
-            detail: "TCP connect to \(address): connection refused")
+            detail: "TCP connect to \(address): connection refused", kind: .connectionRefused)
     }
 
     /// No route, interface down or similar. `detail` (e.g. the system's words) goes to
@@ -203,7 +220,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         TunnelFailure(
             trusted: .transport, isRetryable: true,
             message: "Network unavailable: check your network connection, then try again",
-            detail: Redaction.scrub(detail))
+            detail: Redaction.scrub(detail), kind: .networkUnavailable)
     }
 
     /// Nothing came back from `host` within `seconds`. The message starts with
@@ -214,7 +231,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             trusted: .transport, isRetryable: true,
             message: "Connection timed out. No answer from \(host) within \(seconds) s: "
                 + "check your network and that \(host) is reachable, then try again",
-            detail: "no answer within \(seconds) s")
+            detail: "no answer from \(host) within \(seconds) s", kind: .timedOut)
     }
 
     // MARK: Other
@@ -226,13 +243,14 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         return TunnelFailure(
             trusted: .protocolViolation, isRetryable: false,
             message: "Protocol violation: \(what); check that the hostname is an Access application for TCP",
-            detail: what, subject: .hostname)
+            detail: what, subject: .hostname, kind: .protocolViolation)
     }
 
     /// A configuration problem found while running. Category `.configuration`, not retryable;
     /// the message is the error's.
     public static func configuration(_ error: ConfigurationError, subject: FailureSubject? = nil) -> TunnelFailure {
-        TunnelFailure(trusted: .configuration, isRetryable: false, message: error.message, detail: "", subject: subject)
+        TunnelFailure(trusted: .configuration, isRetryable: false, message: error.message, detail: error.message,
+                      subject: subject, kind: .configuration)
     }
 
     /// No file descriptor could be had (EMFILE/ENFILE): says the limit and how to raise it.
@@ -241,7 +259,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         let shown = limit.map { " (the limit is \($0))" } ?? ""
         return TunnelFailure(trusted: .localResource, isRetryable: true,
                              message: "Too many open files\(shown): close some connections or raise the limit with `ulimit -n`",
-                             detail: Redaction.scrub(what))
+                             detail: Redaction.scrub(what), kind: .outOfFileDescriptors)
     }
 
     /// A bug of ours. `what` is scrubbed. Category `.internal`, not retryable.
@@ -250,7 +268,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         return TunnelFailure(
             trusted: .internal, isRetryable: false,
             message: "Internal error: \(what). This is a bug in cf-access-tcp; please report it",
-            detail: what)
+            detail: what, kind: .internal)
     }
 
     /// An operation asked for in a state that does not allow it (e.g. writing to a closed
@@ -260,7 +278,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         return TunnelFailure(
             trusted: .invalidState, isRetryable: false,
             message: "Invalid state: \(what)",
-            detail: what)
+            detail: what, kind: .invalidState)
     }
 
     /// "302 Found" style text for a status code.

@@ -21,13 +21,13 @@ enum DialFailureClassifier {
             return TunnelFailure(category: .transport, isRetryable: false,
                                  message: "The proxy \(proxy) refused to connect to \(address), or answered CONNECT "
                                      + "with something else than 200: check HTTPS_PROXY and NO_PROXY",
-                                 detail: "\(proxy): \(message)")
+                                 detail: "\(proxy): \(message)", kind: .proxyRefused)
         }
         if let proxy, status == 0, lowered.contains("refused") || lowered.contains("unable to connect")
             || lowered.contains("connect failed") {
             return TunnelFailure(category: .transport, isRetryable: true,
                                  message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
-                                 detail: "TCP connect to the proxy \(proxy): \(message)")
+                                 detail: "TCP connect to the proxy \(proxy): \(message)", kind: .connectionRefused)
         }
         if status == 0, lowered == "read failed" {
             // TCP and TLS were up, then the stream ended before a whole HTTP answer came.
@@ -35,7 +35,7 @@ enum DialFailureClassifier {
                                  message: "\(host) closed the connection without a complete answer to the WebSocket upgrade "
                                      + "(an answer that is not HTTP, or a dropped connection): check that the hostname is an "
                                      + "Access application for TCP, then try again",
-                                 detail: "\(address): \(message)", subject: .hostname)
+                                 detail: "\(address): \(message)", subject: .hostname, kind: .connectionLost)
         }
         if let broken = brokenUpgradeAnswer(message) {
             // The edge answered, but not with a usable WebSocket upgrade: its fault, not the network's.

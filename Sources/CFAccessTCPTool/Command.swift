@@ -122,7 +122,7 @@ struct TCPCommand: AsyncParsableCommand {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
             notice.cancel()
         } catch {
-            report.line(error.withFlags)
+            report.failure(error)
             // Let the session's tasks settle before the process exits under them.
             await tunnel.disconnect()
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
@@ -160,7 +160,7 @@ struct TCPCommand: AsyncParsableCommand {
             port = try await tunnel.connect(hostname: settings.hostname, method: settings.method)
             notice.cancel()
         } catch {
-            report.line(error.withFlags)
+            report.failure(error)
             await tunnel.disconnect()
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }

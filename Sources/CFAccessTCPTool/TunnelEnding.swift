@@ -11,6 +11,13 @@ struct FailureReport: Sendable {
         writeStderr("cf-access-tcp: \(message)")
         if toLogFile { logger.error("\(message)") }
     }
+
+    /// A failure's plain line (with the flags to look at), and at debug level its kind and
+    /// technical detail (neither holds a secret).
+    func failure(_ failure: TunnelFailure) {
+        line(failure.withFlags)
+        logger.debug("failure kind: \(failure.kind), category: \(failure.category), detail: \(failure.detail)")
+    }
 }
 
 extension TunnelStream {

@@ -88,6 +88,8 @@ struct SecretLoggingTests {
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
         #expect(fileText.contains("DBG"), "the debug log is empty: \(fileText)")
         #expect(refused.stderrText.contains("DBG"))
+        // The failure's kind is logged for people who grep logs (issue 13.6).
+        #expect(refused.stderrText.contains("failure kind: access-rejected"), "\(refused.stderrText)")
         for text in [fileText, process.stderrText, refused.stderrText] {
             for needle in [testTokenSecret, "tok.en.sig", "cookie-secret"] {
                 #expect(!text.contains(needle), "\(needle) leaked: \(text)")

@@ -147,12 +147,13 @@ public struct CurlHTTPClient: HTTPClient {
                 // libcurl says "Out of memory" for a header line over its own 100 KB cap.
                 return .failure(TunnelFailure(category: .protocolViolation, isRetryable: false,
                                               message: "\(host) sent response headers over \(Self.headerLimit / 1024) KiB: refusing the answer",
-                                              detail: "headers over \(Self.headerLimit) bytes (libcurl error \(code.rawValue))"))
+                                              detail: "headers over \(Self.headerLimit) bytes (libcurl error \(code.rawValue))",
+                                              kind: .oversizedAnswer))
             }
             if sink.overflowed {
                 return .failure(TunnelFailure(category: .protocolViolation, isRetryable: false,
                                               message: "\(host) sent more than 1 MiB: refusing the answer",
-                                              detail: "body over \(Self.bodyLimit) bytes"))
+                                              detail: "body over \(Self.bodyLimit) bytes", kind: .oversizedAnswer))
             }
             if code == CURLE_COULDNT_CONNECT, let url = URL(string: request.url), let urlHost = url.host {
                 // Name the address, and tell "no route" (Network unavailable) from a refusal.
@@ -198,14 +199,14 @@ public struct CurlHTTPClient: HTTPClient {
         case CURLE_OPERATION_TIMEDOUT:
             return TunnelFailure(category: .transport, isRetryable: true,
                                  message: "No answer from \(host) in time: check your network and that \(host) is reachable, then try again",
-                                 detail: text)
+                                 detail: "\(host): \(text)", kind: .timedOut)
         case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CACERT_BADFILE,
              CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ISSUER_ERROR:
             return .tls(host: host, reason: text)
         default:
             return TunnelFailure(category: .transport, isRetryable: true,
                                  message: "HTTPS request to \(host) failed: \(text); check the network and try again",
-                                 detail: "libcurl error \(code.rawValue)")
+                                 detail: "\(host): libcurl error \(code.rawValue)", kind: .requestFailed)
         }
     }
 }
