@@ -78,7 +78,7 @@ let package = Package(
                 swiftSettings: strictSwift),
         // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
         .executableTarget(name: "CFAccessTCPTool",
-                          dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore",
+                          dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log")],
                           swiftSettings: strictSwift,

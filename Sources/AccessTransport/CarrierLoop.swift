@@ -12,17 +12,17 @@ import Logging
 /// One thread owns the `lws_context` and runs `lws_service`; other threads hand it work through a
 /// locked command queue and `lws_cancel_service`, drained on `LWS_CALLBACK_EVENT_WAIT_CANCELLED`.
 /// Each bridge pairs a local socket (adopted as a raw socket) with one WebSocket client connection.
-public final class CarrierLoop: @unchecked Sendable {
+package final class CarrierLoop: @unchecked Sendable {
     /// Tunable sizes of the data path.
-    public struct Tuning: Sendable {
+    package struct Tuning: Sendable {
         /// Largest WebSocket frame we send (and largest read of the local socket), in bytes.
-        public var chunkSize = 256 << 10
+        package var chunkSize = 256 << 10
         /// Queue size at which the producing side is paused.
-        public var highWatermark = 1 << 20
+        package var highWatermark = 1 << 20
         /// Queue size at which a paused producer resumes.
-        public var lowWatermark = 256 << 10
+        package var lowWatermark = 256 << 10
         /// Creates the defaults.
-        public init() {}
+        package init() {}
     }
 
     private enum Command {
@@ -69,7 +69,7 @@ public final class CarrierLoop: @unchecked Sendable {
     static let rawProtocolName = "cfat-raw"
 
     /// Creates the loop; call `start()` before bridging.
-    public init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning = Tuning(),
+    package init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning = Tuning(),
                 onEvent: @escaping @Sendable (BridgeEvent) -> Void) {
         self.configuration = configuration
         self.logger = logger
@@ -108,7 +108,7 @@ public final class CarrierLoop: @unchecked Sendable {
     }
 
     /// Creates the libwebsockets context and starts the service thread.
-    public func start() throws(TunnelFailure) {
+    package func start() throws(TunnelFailure) {
         _ = OpenSSLSetup.initialised
         LWSLog.install(logger: logger)
         var info = lws_context_creation_info()
@@ -216,7 +216,7 @@ public final class CarrierLoop: @unchecked Sendable {
     /// With `handBackOnRefusal`, an Access refusal of the credential gives the untouched socket
     /// back (``BridgeEvent/refused(id:socket:_:)``) instead of closing it.
     @discardableResult
-    public func bridge(socket fd: Int32, request: UpgradeRequest? = nil, credential: CredentialKind? = nil,
+    package func bridge(socket fd: Int32, request: UpgradeRequest? = nil, credential: CredentialKind? = nil,
                        handBackOnRefusal: Bool = false) -> Int {
         var handshake = request.map { Handshake(request: $0, credential: credential ?? configuration.credential) }
             ?? defaultHandshake
@@ -246,7 +246,7 @@ public final class CarrierLoop: @unchecked Sendable {
 
     /// Closes every bridged connection (each WebSocket with a Close frame) and stops the loop.
     /// Returns once the service thread has ended.
-    public func shutdown() {
+    package func shutdown() {
         guard threadStarted.withLock({ $0 }) else { return }
         post(.closeAll)
         post(.stop)

@@ -1,9 +1,9 @@
 internal import CCFOpenSSL
 
 /// Hashes computed by OpenSSL.
-public enum Digest {
+package enum Digest {
     /// SHA-256 of `bytes` as 64 lower-case hex characters.
-    public static func sha256Hex(_ bytes: UnsafeRawBufferPointer) -> String {
+    package static func sha256Hex(_ bytes: UnsafeRawBufferPointer) -> String {
         var out = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
         var size: UInt32 = 0
         let ok = out.withUnsafeMutableBufferPointer { o in
@@ -14,7 +14,7 @@ public enum Digest {
     }
 
     /// SHA-256 of `bytes` as 64 lower-case hex characters.
-    public static func sha256Hex(_ bytes: [UInt8]) -> String {
+    package static func sha256Hex(_ bytes: [UInt8]) -> String {
         bytes.withUnsafeBytes { sha256Hex($0) }
     }
 
@@ -27,11 +27,11 @@ public enum Digest {
     }
 
     /// An incremental SHA-256, for streams too large to keep in memory.
-    public final class SHA256Stream {
+    package final class SHA256Stream {
         private let ctx: OpaquePointer
 
         /// Starts an empty digest.
-        public init() {
+        package init() {
             guard let c = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
             ctx = c
             precondition(EVP_DigestInit_ex(ctx, EVP_sha256(), nil) == 1, "EVP_DigestInit_ex failed")
@@ -40,13 +40,13 @@ public enum Digest {
         deinit { EVP_MD_CTX_free(ctx) }
 
         /// Adds bytes to the digest.
-        public func update(_ bytes: UnsafeRawBufferPointer) {
+        package func update(_ bytes: UnsafeRawBufferPointer) {
             guard bytes.count > 0 else { return }
             precondition(EVP_DigestUpdate(ctx, bytes.baseAddress, bytes.count) == 1, "EVP_DigestUpdate failed")
         }
 
         /// Finishes and returns the hex digest; the stream must not be used afterwards.
-        public func finalizeHex() -> String {
+        package func finalizeHex() -> String {
             var out = [UInt8](repeating: 0, count: 32)
             var size: UInt32 = 0
             out.withUnsafeMutableBufferPointer { o in

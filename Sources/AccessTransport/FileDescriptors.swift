@@ -4,23 +4,41 @@ import Glibc
 #endif
 
 /// Running out of file descriptors, told plainly (issue 12.6) instead of as a bug.
-public enum FileDescriptors {
+package enum FileDescriptors {
     /// The soft limit on open files, if known.
-    public static var limit: Int? {
+    package static var limit: Int? {
         var value = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &value) == 0, value.rlim_cur != rlim_t.max, value.rlim_cur <= rlim_t(Int.max) else { return nil }
         return Int(value.rlim_cur)
     }
 
     /// The failure to report if no socket can be made now for lack of descriptors, else nil.
-    public static func exhausted() -> TunnelFailure? {
+    package static func exhausted() -> TunnelFailure? {
         let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         if probe >= 0 {
-            close(probe)
+            Glibc.close(probe)
             return nil
         }
         let code = errno
         guard code == EMFILE || code == ENFILE else { return nil }
         return .outOfFileDescriptors(limit: limit, what: "socket(): \(String(cString: strerror(code)))")
+    }
+
+    /// A connected pair of local stream sockets (close-on-exec): one end for the carrier, one
+    /// for the caller of `openStream`.
+    package static func socketPair() throws(TunnelFailure) -> (carrier: Int32, caller: Int32) {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            let code = errno
+            let what = "socketpair(): \(String(cString: strerror(code)))"
+            if code == EMFILE || code == ENFILE { throw .outOfFileDescriptors(limit: limit, what: what) }
+            throw .internalError(what)
+        }
+        return (pair[0], pair[1])
+    }
+
+    /// Closes `fd` (a socket handed to us, or one we made).
+    package static func close(_ fd: Int32) {
+        _ = Glibc.close(fd)
     }
 }

@@ -36,19 +36,3 @@ enum LWSLog {
     /// The most recent libwebsockets lines, oldest first.
     static func recentLines() -> [String] { state.withLock { $0.recent } }
 }
-
-/// A value guarded by a lock.
-public final class LockedBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    /// Wraps `value`.
-    public init(_ value: Value) { self.value = value }
-
-    /// Runs `body` with exclusive access to the value.
-    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}

@@ -5,18 +5,18 @@ import Glibc
 #endif
 
 /// A TCP listening socket on a local address whose accepted connections are handed to a callback.
-public final class LoopbackListener: @unchecked Sendable {
+package final class LoopbackListener: @unchecked Sendable {
     /// The address actually bound, e.g. `127.0.0.1:40123`.
-    public let boundAddress: String
+    package let boundAddress: String
     /// The port actually bound (the real one when 0 was asked).
-    public let port: Int
+    package let port: Int
     private let fd: Int32
     private let closed = LockedBox(false)
     private let stopped = DispatchSemaphore(value: 0)
 
     /// Binds and listens. Throws a configuration failure with a plain message when the address is
     /// taken or not local.
-    public init(address: ListenAddress, backlog: Int32 = 511) throws(TunnelFailure) {
+    package init(address: ListenAddress, backlog: Int32 = 511) throws(TunnelFailure) {
         let family = address.isIPv6 ? AF_INET6 : AF_INET
         let s = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { throw .internalError("socket(): \(String(cString: strerror(errno)))") }
@@ -75,7 +75,7 @@ public final class LoopbackListener: @unchecked Sendable {
 
     /// Accepts on a dedicated thread until `close()`, handing each connected socket to `onAccept`
     /// (which then owns it).
-    public func startAccepting(_ onAccept: @escaping @Sendable (Int32) -> Void) {
+    package func startAccepting(_ onAccept: @escaping @Sendable (Int32) -> Void) {
         let thread = Thread { [self] in
             while !closed.withLock({ $0 }) {
                 let client = accept(fd, nil, nil)
@@ -100,7 +100,7 @@ public final class LoopbackListener: @unchecked Sendable {
     }
 
     /// Stops accepting and closes the listening socket (the port is free again when this returns).
-    public func close() {
+    package func close() {
         let first = closed.withLock { c -> Bool in defer { c = true }; return !c }
         guard first else { return }
         _ = shutdown(fd, Int32(SHUT_RDWR))

@@ -5,9 +5,9 @@ import Glibc
 
 /// Joins stdin/stdout to a tunnel's socket (ssh ProxyCommand mode): two threads copy with
 /// blocking I/O. Nothing else ever writes to stdout.
-public enum StdioBridge {
+package enum StdioBridge {
     /// How the socket → stdout direction ended.
-    public enum Outcome: Sendable, Equatable {
+    package enum Outcome: Sendable, Equatable {
         /// The tunnel closed its side of the socket and every byte reached stdout.
         case ended
         /// Writing to stdout failed with this errno (e.g. ENOSPC for `>/dev/full`, EPIPE); the
@@ -19,7 +19,7 @@ public enum StdioBridge {
     /// `onOutputFinished` runs once the socket → stdout direction has ended (the tunnel closed
     /// and every byte was written, or stdout failed). On stdin's end the socket's write side is
     /// shut down: the tunnel then closes once the edge has answered (or its linger passed).
-    public static func pump(socket: Int32, input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO,
+    package static func pump(socket: Int32, input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO,
                             onOutputFinished: @escaping @Sendable (Outcome) -> Void) {
         let inbound = Thread {
             var buffer = [UInt8](repeating: 0, count: 64 << 10)

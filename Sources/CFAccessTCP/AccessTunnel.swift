@@ -462,41 +462,39 @@ public actor AccessTunnel {
 }
 
 /// Fans the state out to any number of subscribers, current state first.
-final class StateBroadcaster: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: ConnectionState
-    private var continuations: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
-
-    init(initial: ConnectionState) { value = initial }
-
-    deinit { continuations.values.forEach { $0.finish() } }
-
-    var current: ConnectionState {
-        lock.lock()
-        defer { lock.unlock() }
-        return value
+final class StateBroadcaster: Sendable {
+    private struct Subscribers {
+        var value: ConnectionState
+        var continuations: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     }
 
+    private let subscribers: LockedBox<Subscribers>
+
+    init(initial: ConnectionState) { subscribers = LockedBox(Subscribers(value: initial)) }
+
+    deinit { subscribers.withLock { $0.continuations.values.forEach { $0.finish() } } }
+
+    var current: ConnectionState { subscribers.withLock { $0.value } }
+
     func publish(_ state: ConnectionState) {
-        lock.lock()
-        value = state
-        let targets = Array(continuations.values)
-        lock.unlock()
+        let targets = subscribers.withLock { s in
+            s.value = state
+            return Array(s.continuations.values)
+        }
         targets.forEach { $0.yield(state) }
     }
 
     func subscribe() -> AsyncStream<ConnectionState> {
         AsyncStream(bufferingPolicy: .unbounded) { continuation in
             let id = UUID()
-            lock.lock()
-            continuation.yield(value)
-            continuations[id] = continuation
-            lock.unlock()
+            // The current state goes first, under the lock, so no published state can come
+            // before it.
+            subscribers.withLock { s in
+                continuation.yield(s.value)
+                s.continuations[id] = continuation
+            }
             continuation.onTermination = { [weak self] _ in
-                guard let self else { return }
-                self.lock.lock()
-                self.continuations[id] = nil
-                self.lock.unlock()
+                self?.subscribers.withLock { $0.continuations[id] = nil }
             }
         }
     }

@@ -1,3 +1,4 @@
+import AccessTransport
 import ArgumentParser
 import CFAccessTCP
 import Foundation

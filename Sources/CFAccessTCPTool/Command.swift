@@ -1,3 +1,4 @@
+import AccessTransport
 import ArgumentParser
 import CFAccessTCP
 import Foundation
@@ -90,7 +91,7 @@ struct TCPCommand: AsyncParsableCommand {
         let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: transport)
         // Ctrl-C or SIGTERM: a login in progress leaves no lock behind; a running listener
         // closes its connections first; anything else ends at once.
-        let stop = OutputFinished()
+        let stop = OneShot<Void>()
         let listening = LockedBox(false)
         let signals = handleInterrupts { sig in
             let held = FileLoginLock.releaseAllHeld()
@@ -127,7 +128,7 @@ struct TCPCommand: AsyncParsableCommand {
             await tunnel.disconnect()
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
-        let finished = OutputFinished()
+        let finished = OneShot<Void>()
         let outcome = LockedBox(StdioBridge.Outcome.ended)
         StdioBridge.pump(socket: stream.release()) { result in
             outcome.withLock { $0 = result }
@@ -152,7 +153,7 @@ struct TCPCommand: AsyncParsableCommand {
     /// one connection ended (exit status of how it ended; each failed connection's line is
     /// already reported).
     private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress,
-                               listening: LockedBox<Bool>, stop: OutputFinished, report: FailureReport) async throws {
+                               listening: LockedBox<Bool>, stop: OneShot<Void>, report: FailureReport) async throws {
         let port: UInt16
         let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
         defer { notice.cancel() }
@@ -180,35 +181,6 @@ struct TCPCommand: AsyncParsableCommand {
         let end = await tunnel.lastEnd
         await tunnel.disconnect()
         if let end, !end.isClean { throw ExitCode(end.exitStatus.rawValue) }
-    }
-}
-
-/// A one-time signal awaited from async code.
-final class OutputFinished: @unchecked Sendable {
-    private let lock = NSLock()
-    private var done = false
-    private var waiter: CheckedContinuation<Void, Never>?
-
-    func signal() {
-        lock.lock()
-        done = true
-        let w = waiter
-        waiter = nil
-        lock.unlock()
-        w?.resume()
-    }
-
-    func wait() async {
-        await withCheckedContinuation { c in
-            lock.lock()
-            if done {
-                lock.unlock()
-                c.resume()
-            } else {
-                waiter = c
-                lock.unlock()
-            }
-        }
     }
 }
 

@@ -1,3 +1,4 @@
+import AccessTransport
 import CFAccessTCP
 import Logging
 

@@ -3,26 +3,7 @@ internal import CCFShim
 import AccessCore
 import Foundation
 
-/// A `--connect-to` for libcurl: requests to `host:port` go to `address:targetPort`, while the
-/// Host header, SNI and certificate checks keep `host`.
-public struct ConnectOverride: Sendable, Equatable {
-    /// The host name the requests are for, lower-cased.
-    public let host: String
-    /// Its port.
-    public let port: Int
-    /// The address dialled instead (IPv6 without brackets).
-    public let address: String
-    /// The port dialled instead.
-    public let targetPort: Int
-
-    /// Requests to `origin` go to `target` (on the origin's port when `target` names none).
-    public init(origin: OriginURL, target: ConnectTarget) {
-        host = origin.host.lowercased()
-        port = origin.effectivePort
-        address = target.address
-        targetPort = target.port ?? origin.effectivePort
-    }
-
+extension ConnectOverride {
     /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT`, an IPv6 address in brackets.
     var curlEntry: String {
         "\(host):\(port):\(HostText.withPort(address, targetPort))"
@@ -37,24 +18,24 @@ public struct ConnectOverride: Sendable, Equatable {
 /// loopback server under a real name with real certificate checks. Bodies over 1 MiB fail.
 /// Proxies come from the environment (`https_proxy`, `no_proxy`), as libcurl reads them.
 /// libcurl itself is loaded by the first request (`CurlLibrary`), not linked.
-public struct CurlHTTPClient: HTTPClient {
+package struct CurlHTTPClient: HTTPClient {
     /// The largest body accepted.
-    public static let bodyLimit = 1 << 20
+    package static let bodyLimit = 1 << 20
     /// The most header bytes accepted in one answer (a metadata JWT is a few KiB).
-    public static let headerLimit = 64 << 10
+    package static let headerLimit = 64 << 10
 
     /// A PEM file of CA certificates to trust instead of the system store.
-    public let caFile: String?
+    package let caFile: String?
     /// `HOST:PORT:ADDR` overrides.
-    public let resolve: [ResolveOverride]
+    package let resolve: [ResolveOverride]
     /// The `User-Agent` to send.
-    public let userAgent: String
+    package let userAgent: String
     /// `CURLOPT_CONNECT_TO` entries (the tunnel's `--connect-to`: the app host's requests go to
     /// another address, Host/SNI/checks unchanged).
-    public let connectTo: [ConnectOverride]
+    package let connectTo: [ConnectOverride]
 
     /// Creates a client.
-    public init(caFile: String? = nil, resolve: [ResolveOverride] = [], connectTo: [ConnectOverride] = [],
+    package init(caFile: String? = nil, resolve: [ResolveOverride] = [], connectTo: [ConnectOverride] = [],
                 userAgent: String = Version.userAgent) {
         self.caFile = caFile
         self.resolve = resolve
@@ -63,7 +44,7 @@ public struct CurlHTTPClient: HTTPClient {
     }
 
     /// Sends `request` on a dedicated thread and returns the answer as it is (3xx included).
-    public func send(_ request: HTTPRequest) async throws(TunnelFailure) -> HTTPResponse {
+    package func send(_ request: HTTPRequest) async throws(TunnelFailure) -> HTTPResponse {
         let result: Result<HTTPResponse, TunnelFailure> = await withCheckedContinuation { continuation in
             let thread = Thread { [self] in
                 continuation.resume(returning: perform(request))

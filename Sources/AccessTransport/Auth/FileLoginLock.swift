@@ -11,19 +11,19 @@ import Glibc
 ///
 /// Locks this process holds are remembered so that `releaseAllHeld()` (called on Ctrl-C or
 /// SIGTERM) leaves none behind.
-public struct FileLoginLock: LoginLock {
+package struct FileLoginLock: LoginLock {
     /// The directory of the token files (the lock sits beside its token).
-    public let directory: String
+    package let directory: String
     private let logger: Logger
 
     /// A lock manager for tokens in `directory`.
-    public init(directory: String, logger: Logger) {
+    package init(directory: String, logger: Logger) {
         self.directory = directory
         self.logger = logger
     }
 
     /// Takes `<tokenFileName>.lock` if it is free or stale; otherwise names its live holder.
-    public func tryAcquire(tokenFileName: String) throws(TunnelFailure) -> LoginLockAttempt {
+    package func tryAcquire(tokenFileName: String) throws(TunnelFailure) -> LoginLockAttempt {
         let store = FileTokenStore(directory: directory)
         try store.ensureDirectory()
         let path = store.path(of: TokenCacheNaming.lockFileName(for: tokenFileName))
@@ -89,7 +89,7 @@ public struct FileLoginLock: LoginLock {
     /// Removes every lock (and login URL file) this process holds. Safe to call from a
     /// signal-handling queue before exiting. Returns how many files it removed.
     @discardableResult
-    public static func releaseAllHeld() -> Int {
+    package static func releaseAllHeld() -> Int {
         let paths = HeldLocks.shared.takeAll()
         for path in paths { unlink(path) }
         return paths.count

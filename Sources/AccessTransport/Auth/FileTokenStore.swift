@@ -10,18 +10,18 @@ import Glibc
 ///
 /// A file that is not a regular file of ours, or is readable or writable by group or others,
 /// is reported `.untrusted` and left alone: someone else may have read or planted it.
-public struct FileTokenStore: TokenStore {
+package struct FileTokenStore: TokenStore {
     /// The environment variable that overrides the directory (for tests and odd setups).
-    public static let directoryVariable = "CF_ACCESS_TCP_TOKEN_DIR"
+    package static let directoryVariable = "CF_ACCESS_TCP_TOKEN_DIR"
     /// Larger files are not tokens.
-    public static let maximumFileSize = 64 * 1024
+    package static let maximumFileSize = 64 * 1024
 
     /// The cache directory.
-    public let directory: String
+    package let directory: String
 
     /// `$CF_ACCESS_TCP_TOKEN_DIR`, else `$HOME/.cloudflared` (the home of the user database
     /// if `HOME` is unset).
-    public static func defaultDirectory(environment: [String: String]) -> String {
+    package static func defaultDirectory(environment: [String: String]) -> String {
         if let override = environment[directoryVariable], !override.isEmpty { return override }
         var home = environment["HOME"] ?? ""
         if home.isEmpty, let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir {
@@ -31,17 +31,17 @@ public struct FileTokenStore: TokenStore {
     }
 
     /// A store in `directory` (created on the first write).
-    public init(directory: String) {
+    package init(directory: String) {
         var directory = directory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
         self.directory = directory
     }
 
     /// `<directory>/<name>`.
-    public func path(of name: String) -> String { directory + "/" + name }
+    package func path(of name: String) -> String { directory + "/" + name }
 
     /// Reads `name`: missing, untrusted (with the reason and what to do), or its trimmed text.
-    public func read(_ name: String) -> TokenFileRead {
+    package func read(_ name: String) -> TokenFileRead {
         if let problem = directoryProblem() { return .untrusted(problem) }
         let path = path(of: name)
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
@@ -76,7 +76,7 @@ public struct FileTokenStore: TokenStore {
 
     /// Writes `text` to `name`: the directory is created 0700 if needed, the file 0600
     /// through a temporary file renamed over it.
-    public func write(_ name: String, text: String) throws(TunnelFailure) {
+    package func write(_ name: String, text: String) throws(TunnelFailure) {
         try ensureDirectory()
         let target = path(of: name)
         let temporary = path(of: ".\(name).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp")
@@ -105,19 +105,19 @@ public struct FileTokenStore: TokenStore {
     }
 
     /// Removes `name` (no error if it is missing).
-    public func delete(_ name: String) {
+    package func delete(_ name: String) {
         unlink(path(of: name))
     }
 
     /// The names in the directory (none if it does not exist).
-    public func fileNames() -> [String] {
+    package func fileNames() -> [String] {
         (try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted() ?? []
     }
 
     /// Why the directory cannot be trusted with tokens, if it cannot: like OpenSSH with a loose
     /// `~/.ssh`, a directory that another user owns, or that group or others may write to (so
     /// they could plant or swap token files), is refused. nil when it is fine or missing.
-    public func directoryProblem() -> String? {
+    package func directoryProblem() -> String? {
         var info = stat()
         guard stat(directory, &info) == 0 else { return nil }
         guard (info.st_mode & S_IFMT) == S_IFDIR else { return "\(directory) is not a directory" }
@@ -134,7 +134,7 @@ public struct FileTokenStore: TokenStore {
 
     /// Creates the directory 0700 (with missing parents 0700 too) unless it exists; an existing
     /// one must pass `directoryProblem()`.
-    public func ensureDirectory() throws(TunnelFailure) {
+    package func ensureDirectory() throws(TunnelFailure) {
         var info = stat()
         if stat(directory, &info) == 0 {
             guard (info.st_mode & S_IFMT) == S_IFDIR else {

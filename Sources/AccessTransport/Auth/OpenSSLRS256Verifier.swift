@@ -5,16 +5,16 @@ import Foundation
 
 /// RS256 (RSASSA-PKCS1-v1_5 with SHA-256) verification with OpenSSL 3: the public key is
 /// built from the JWK's `n` and `e` through `EVP_PKEY_fromdata`.
-public struct OpenSSLRS256Verifier: SignatureVerifier {
+package struct OpenSSLRS256Verifier: SignatureVerifier {
     /// The smallest modulus accepted, in bytes (2048 bits).
-    public static let minimumModulusBytes = 256
+    package static let minimumModulusBytes = 256
 
     /// Creates a verifier.
-    public init() {}
+    package init() {}
 
     /// Whether `signature` is `key`'s RS256 signature of `message`. A modulus under 2048
     /// bits, an empty exponent or any OpenSSL failure gives false.
-    public func verifyRS256(message: [UInt8], signature: [UInt8], key: RSAPublicJWK) -> Bool {
+    package func verifyRS256(message: [UInt8], signature: [UInt8], key: RSAPublicJWK) -> Bool {
         _ = OpenSSLSetup.initialised
         defer { ERR_clear_error() }
         let modulus = Array(key.modulus.drop { $0 == 0 })

@@ -1,11 +1,11 @@
 import Foundation
 
 /// Process start times from `/proc`, for the login lock's pid-reuse check.
-public enum ProcessStartTime {
+package enum ProcessStartTime {
     /// The start time of process `pid` in milliseconds since 1970, or nil when no such
     /// process runs (a zombie counts as gone). Linux: `/proc/<pid>/stat` field 22 (clock
     /// ticks since boot) plus `btime` of `/proc/stat`.
-    public static func milliseconds(pid: Int32) -> Int64? {
+    package static func milliseconds(pid: Int32) -> Int64? {
         guard pid > 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
               let close = stat.lastIndex(of: ")") else { return nil }
         // Fields after "comm)" start with field 3 (state).
@@ -18,7 +18,7 @@ public enum ProcessStartTime {
     }
 
     /// This process's start time in milliseconds since 1970.
-    public static var current: Int64 {
+    package static var current: Int64 {
         milliseconds(pid: getpid()) ?? Int64(Date().timeIntervalSince1970 * 1000)
     }
 

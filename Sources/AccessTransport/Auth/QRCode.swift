@@ -2,15 +2,15 @@ internal import CCFQREncode
 
 /// A QR code of a URL, encoded by libqrencode, for device mode: printed on stderr with
 /// Unicode half blocks so a phone can finish the login.
-public struct QRCode: Sendable, Equatable {
+package struct QRCode: Sendable, Equatable {
     /// Modules per side (without the quiet zone).
-    public let size: Int
+    package let size: Int
     /// Row-major, true = dark module.
     private let modules: [Bool]
 
     /// Encodes `text` (byte mode, error correction level L, smallest version that fits);
     /// nil if libqrencode refuses it (e.g. too long).
-    public init?(encoding text: String) {
+    package init?(encoding text: String) {
         guard let code = QRcode_encodeString(text, 0, QR_ECLEVEL_L, QR_MODE_8, 1) else { return nil }
         defer { QRcode_free(code) }
         let width = Int(code.pointee.width)
@@ -20,7 +20,7 @@ public struct QRCode: Sendable, Equatable {
     }
 
     /// Whether the module at column `x`, row `y` is dark; outside the symbol is light.
-    public func isDark(x: Int, y: Int) -> Bool {
+    package func isDark(x: Int, y: Int) -> Bool {
         guard (0..<size).contains(x), (0..<size).contains(y) else { return false }
         return modules[y * size + x]
     }
@@ -29,7 +29,7 @@ public struct QRCode: Sendable, Equatable {
     ///
     /// Light modules are drawn (`█`, `▀` upper light, `▄` lower light), dark ones are
     /// spaces: on the usual dark terminal the code shows dark on light, as scanners expect.
-    public func halfBlockLines(quietZone: Int = 2) -> [String] {
+    package func halfBlockLines(quietZone: Int = 2) -> [String] {
         let range = -quietZone..<(size + quietZone)
         var lines: [String] = []
         var y = -quietZone
@@ -54,7 +54,7 @@ public struct QRCode: Sendable, Equatable {
 
     /// A plain PBM (P1) image, `scale` pixels per module, 1 = dark, with `quietZone`
     /// light modules around: for tests that decode it with `zbarimg`.
-    public func pbm(quietZone: Int = 4, scale: Int = 4) -> String {
+    package func pbm(quietZone: Int = 4, scale: Int = 4) -> String {
         let side = (size + 2 * quietZone) * scale
         var out = "P1\n\(side) \(side)\n"
         for row in 0..<side {

@@ -24,21 +24,21 @@ final class SodiumBoxKey: EphemeralBoxKey, @unchecked Sendable, CustomStringConv
 
 /// NaCl `crypto_box` with libsodium: a fresh key pair per login and `crypto_box_open_easy`
 /// for `nonce(24) ‖ box` (PROTOCOL.md §3).
-public struct SodiumBox: BoxOpener {
+package struct SodiumBox: BoxOpener {
     /// Public and secret key size.
-    public static let keyBytes = 32
+    package static let keyBytes = 32
     /// Nonce size.
-    public static let nonceBytes = 24
+    package static let nonceBytes = 24
     /// Authenticator size.
-    public static let macBytes = 16
+    package static let macBytes = 16
 
     /// Creates the opener (initialising libsodium once).
-    public init() {
+    package init() {
         precondition(sodiumReady, "libsodium could not be initialised")
     }
 
     /// A fresh X25519 key pair from `crypto_box_keypair`.
-    public func makeEphemeralKey() -> any EphemeralBoxKey {
+    package func makeEphemeralKey() -> any EphemeralBoxKey {
         var publicKey = [UInt8](repeating: 0, count: Self.keyBytes)
         var secretKey = [UInt8](repeating: 0, count: Self.keyBytes)
         let result = publicKey.withUnsafeMutableBufferPointer { p in
@@ -49,7 +49,7 @@ public struct SodiumBox: BoxOpener {
     }
 
     /// Opens `nonce(24) ‖ box` from `senderPublicKey` with `key`'s secret key.
-    public func open(_ sealed: [UInt8], senderPublicKey: [UInt8], key: any EphemeralBoxKey) throws(BoxOpenProblem) -> [UInt8] {
+    package func open(_ sealed: [UInt8], senderPublicKey: [UInt8], key: any EphemeralBoxKey) throws(BoxOpenProblem) -> [UInt8] {
         guard senderPublicKey.count == Self.keyBytes else { throw .badSenderKey }
         guard sealed.count >= Self.nonceBytes + Self.macBytes else { throw .truncated }
         guard let key = key as? SodiumBoxKey else { throw .rejected }

@@ -11,16 +11,16 @@ import Glibc
 /// The opener is started with `posix_spawn`, its signal mask and handlers reset (threads of
 /// ours block signals, and a child would inherit that), stdin from /dev/null and stdout on
 /// stderr: our stdout may be an ssh ProxyCommand pipe.
-public struct SystemBrowserOpener: BrowserOpener {
+package struct SystemBrowserOpener: BrowserOpener {
     private let environment: [String: String]
 
     /// An opener reading `BROWSER`, `DISPLAY`, `WAYLAND_DISPLAY` and `PATH` from `environment`.
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+    package init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.environment = environment
     }
 
     /// Starts the browser on `url`; see the type's rules.
-    public func open(_ url: String) async -> Bool {
+    package func open(_ url: String) async -> Bool {
         let arguments: [String]
         if let browser = environment["BROWSER"]?.split(separator: ":").first.map(String.init),
            !browser.trimmingCharacters(in: .whitespaces).isEmpty {

@@ -46,25 +46,26 @@ public actor AccessTokenProvider {
     /// token that was just refused (issue 12.3).
     private var cacheGeneration = 0
 
-    /// A provider; every effect has a real default and can be replaced by a test double.
+    /// A provider; every effect has a real default (nil: libcurl, OpenSSL, libsodium, the token
+    /// directory's files and lock, the system browser) and can be replaced by a test double.
     public init(configuration: AccessLoginConfiguration, logger: Logger,
                 http: (any HTTPClient)? = nil,
-                verifier: any SignatureVerifier = OpenSSLRS256Verifier(),
-                box: any BoxOpener = SodiumBox(),
+                verifier: (any SignatureVerifier)? = nil,
+                box: (any BoxOpener)? = nil,
                 store: (any TokenStore)? = nil,
                 lock: (any LoginLock)? = nil,
-                browser: any BrowserOpener = SystemBrowserOpener(),
+                browser: (any BrowserOpener)? = nil,
                 clock: any WallClock = SystemWallClock(),
                 presenter: any LoginPresenter = StderrLoginPresenter()) {
         self.configuration = configuration
         self.logger = logger
         self.http = http ?? CurlHTTPClient(caFile: configuration.caFile, resolve: configuration.resolve,
                                                  connectTo: configuration.connectTo)
-        self.verifier = verifier
-        self.box = box
+        self.verifier = verifier ?? OpenSSLRS256Verifier()
+        self.box = box ?? SodiumBox()
         self.store = store ?? FileTokenStore(directory: configuration.tokenDirectory)
         self.lock = lock ?? FileLoginLock(directory: configuration.tokenDirectory, logger: logger)
-        self.browser = browser
+        self.browser = browser ?? SystemBrowserOpener()
         self.clock = clock
         self.presenter = presenter
     }

@@ -1,6 +1,7 @@
-import AccessCore
-
 /// Everything the carrier needs to dial the origin: the prepared upgrade request and how to reach it.
+///
+/// A plain value: the session (`AccessTunnel`) builds it and hands it to the `TunnelTransport`
+/// seam, whose live implementation is the libwebsockets carrier.
 public struct CarrierConfiguration: Sendable {
     /// The upgrade request (origin and headers), built by the core.
     public var request: UpgradeRequest
@@ -49,21 +50,7 @@ public struct CarrierConfiguration: Sendable {
     }
 
     /// The host or address actually dialled.
-    var dialHost: String { connectTo?.address ?? request.origin.host }
+    package var dialHost: String { connectTo?.address ?? request.origin.host }
     /// The port actually dialled.
-    var dialPort: Int { connectTo?.port ?? request.origin.effectivePort }
-}
-
-/// What happened to one bridged connection; delivered on the carrier's thread, so handlers must be quick.
-public enum BridgeEvent: Sendable {
-    /// The WebSocket upgrade succeeded and bytes flow.
-    case established(id: Int)
-    /// The WebSocket could not be opened; the local side has been closed.
-    case failed(id: Int, TunnelFailure)
-    /// Access refused the credential of a connection bridged with `handBackOnRefusal`: the local
-    /// socket, not read from yet, is handed back to the owner, who closes it or bridges it again
-    /// (e.g. with a fresh token).
-    case refused(id: Int, socket: Int32, TunnelFailure)
-    /// Both sides are closed; totals of bytes carried each way, and why it ended.
-    case closed(id: Int, toOrigin: Int, fromOrigin: Int, reason: TunnelEnd)
+    package var dialPort: Int { connectTo?.port ?? request.origin.effectivePort }
 }

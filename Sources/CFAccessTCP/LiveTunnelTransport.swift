@@ -1,0 +1,197 @@
+import AccessCore
+import AccessTransport
+import Foundation
+import Logging
+
+/// The libwebsockets transport.
+public struct LiveTunnelTransport: TunnelTransport {
+    let logger: Logger
+    let report: @Sendable (String) -> Void
+
+    /// - Parameter report: receives the plain message of each failed bridged connection.
+    public init(logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.logger = logger
+        self.report = report
+    }
+
+    public func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
+        do {
+            let (stream, serving) = try await openStream(configuration)
+            stream.close()
+            await serving.close()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    public func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+                      limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
+        let active = ActiveConnections()
+        // A listener that stops after its first connection ends with that connection.
+        let ended = OneShot<TunnelEnd>()
+        let single = limits.stopAcceptingAfterFirstConnection
+        let endIfIdle: @Sendable (TunnelEnd) -> Void = { reason in
+            if single, active.isIdle { ended.fulfil(reason) }
+        }
+        let loopBox = LockedBox<CarrierLoop?>(nil)
+        // The request each first dial carried, by local socket, for the redial after a refusal.
+        let firstRequests = LockedBox<[Int32: UpgradeRequest]>([:])
+        let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
+            switch event {
+            case .established(let id):
+                logger.debug("connection \(id) established")
+            case .failed(let id, let failure):
+                active.end(id)
+                report(failure.message)
+                endIfIdle(.failedToOpen(failure))
+            case .refused(let id, let fd, let failure):
+                // Keep the slot while the connection is dialled again with a fresh token.
+                active.reserve(fd)
+                active.end(id)
+                let rejected = firstRequests.withLock { $0.removeValue(forKey: fd) }
+                guard let authorizer, let loop = loopBox.withLock({ $0 }) else {
+                    FileDescriptors.close(fd)
+                    active.release(fd)
+                    report(failure.message)
+                    endIfIdle(.failedToOpen(failure))
+                    return
+                }
+                logger.info("Access refused the token of connection \(id); dialling it once more with a fresh one")
+                Task {
+                    await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: rejected,
+                                                  active: active, report: report, onFailure: endIfIdle, remember: nil)
+                }
+            case .closed(let id, let up, let down, let reason):
+                active.end(id)
+                logger.debug("connection \(id) closed: \(reason)", metadata: ["sent": "\(up)", "received": "\(down)"])
+                if !reason.isClean { report(reason.message(host: configuration.request.origin.host)) }
+                endIfIdle(reason)
+            }
+        }
+        try loop.start()
+        loopBox.withLock { $0 = loop }
+        let listener: LoopbackListener
+        do {
+            listener = try LoopbackListener(address: address)
+        } catch {
+            await Self.shutdown(loop)
+            throw error
+        }
+        let accepted = LockedBox(0)
+        listener.startAccepting { [logger, report] fd in
+            let first = accepted.withLock { n -> Bool in n += 1; return n == 1 }
+            if limits.stopAcceptingAfterFirstConnection, first { listener.close() }
+            // Reserve the slot before the bridge exists, so a burst cannot overshoot the limit.
+            guard active.reserve(fd, limit: limits.maxConcurrentConnections) else {
+                logger.info("refusing a local connection: \(limits.maxConcurrentConnections ?? 0) already open (maxConcurrentConnections)")
+                FileDescriptors.close(fd)
+                return
+            }
+            guard let authorizer else {
+                active.attach(fd: fd, id: loop.bridge(socket: fd))
+                return
+            }
+            Task {
+                await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil,
+                                              active: active, report: report, onFailure: endIfIdle) { request in
+                    firstRequests.withLock { $0[fd] = request }
+                }
+            }
+        }
+        return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop, end: single ? ended : nil)
+    }
+
+    /// Gets a request from `authorizer` and bridges `fd` with it. The first dial of a connection
+    /// (`remember` given) hands the socket back if Access refuses the token; the redial does not.
+    private static func authorizeAndBridge(fd: Int32, loop: CarrierLoop, authorizer: any ConnectionAuthorizer,
+                                           rejected: UpgradeRequest?, active: ActiveConnections,
+                                           report: @escaping @Sendable (String) -> Void,
+                                           onFailure: @escaping @Sendable (TunnelEnd) -> Void,
+                                           remember: (@Sendable (UpgradeRequest) -> Void)?) async {
+        let request: UpgradeRequest
+        let credential: CredentialKind
+        do throws(TunnelFailure) {
+            (request, credential) = try await authorizer.request(rejected: rejected)
+        } catch {
+            FileDescriptors.close(fd)
+            active.release(fd)
+            report(error.message)
+            onFailure(.failedToOpen(error))
+            return
+        }
+        remember?(request)
+        let id = loop.bridge(socket: fd, request: request, credential: credential, handBackOnRefusal: remember != nil)
+        active.attach(fd: fd, id: id)
+    }
+
+    public func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
+        let pair = try FileDescriptors.socketPair()
+        let outcome = OneShot<TunnelFailure?>()
+        let end = OneShot<TunnelEnd>()
+        let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
+            switch event {
+            case .established: outcome.fulfil(nil)
+            case .failed(_, let failure):
+                if !outcome.fulfil(failure) { report(failure.message) }
+            case .refused(_, let fd, let failure):
+                FileDescriptors.close(fd)
+                if !outcome.fulfil(failure) { report(failure.message) }
+            case .closed(let id, _, _, let reason):
+                logger.debug("connection \(id) closed: \(reason)")
+                outcome.fulfil(TunnelFailure.protocolViolation("the WebSocket closed before it opened"))
+                end.fulfil(reason)
+            }
+        }
+        do {
+            try loop.start()
+        } catch {
+            FileDescriptors.close(pair.carrier)
+            FileDescriptors.close(pair.caller)
+            throw error
+        }
+        loop.bridge(socket: pair.carrier)
+        let failure = await withTaskCancellationHandler {
+            await outcome.value
+        } onCancel: {
+            outcome.fulfil(TunnelFailure.invalidState("cancelled"))
+        }
+        let serving = LiveServing(port: 0, listener: nil, loop: loop, end: end)
+        if let failure {
+            FileDescriptors.close(pair.caller)
+            await serving.close()
+            throw failure
+        }
+        return (TunnelStream(fileDescriptor: pair.caller, end: end), serving)
+    }
+
+    static func shutdown(_ loop: CarrierLoop) async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                loop.shutdown()
+                done.resume()
+            }
+        }
+    }
+}
+
+/// A listener (or none) and its carrier loop.
+struct LiveServing: ServingTunnel {
+    let port: UInt16
+    let listener: LoopbackListener?
+    let loop: CarrierLoop
+    /// Fulfilled when the stream's tunnel or a single-connection listener's connection ended;
+    /// nil for a listener that keeps accepting.
+    let end: OneShot<TunnelEnd>?
+
+    func close() async {
+        listener?.close()
+        await LiveTunnelTransport.shutdown(loop)
+        end?.fulfil(.shutdown)
+    }
+
+    func ended() async -> TunnelEnd? {
+        guard let end else { return nil }
+        return await end.value
+    }
+}
