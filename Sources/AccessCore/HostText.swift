@@ -1,12 +1,12 @@
 /// How a host is written beside a port or in a URL authority: an IPv6 address goes in brackets.
-public enum HostText {
+package enum HostText {
     /// `address`, in brackets when it is an IPv6 address (`::1` → `[::1]`, `10.0.0.1` as is).
-    public static func bracketed(_ address: String) -> String {
+    package static func bracketed(_ address: String) -> String {
         address.unicodeScalars.contains(":") ? "[" + address + "]" : address
     }
 
     /// `address:port`, an IPv6 address in brackets: `127.0.0.1:22`, `[::1]:22`.
-    public static func withPort(_ address: String, _ port: Int) -> String {
+    package static func withPort(_ address: String, _ port: Int) -> String {
         bracketed(address) + ":" + String(port)
     }
 }

@@ -4,7 +4,7 @@
 /// This is the bare algorithm on one label. It neither lower-cases nor adds the `xn--`
 /// prefix; `OriginURL.parse` does the IDNA steps around it. Basic (ASCII) code points are
 /// copied unchanged, so the case of ASCII letters is kept, as RFC 3492 §7.1 shows.
-public enum Punycode {
+package enum Punycode {
     // RFC 3492 §5, parameter values for Punycode.
     private static let base = 36
     private static let tMin = 1
@@ -22,12 +22,12 @@ public enum Punycode {
     ///
     /// - Returns: the encoded ASCII text, or `nil` if the input is too long to encode
     ///   (integer overflow, RFC 3492 §6.4).
-    public static func encode(_ input: String) -> String? {
+    package static func encode(_ input: String) -> String? {
         encode(scalars: input.scalarArray)
     }
 
     /// Encodes a sequence of Unicode scalars to Punycode; `nil` on overflow.
-    public static func encode(scalars input: [Unicode.Scalar]) -> String? {
+    package static func encode(scalars input: [Unicode.Scalar]) -> String? {
         let codePoints = input.map { Int($0.value) }
         var output = String.UnicodeScalarView()
         for scalar in input where scalar.isASCII {
@@ -84,7 +84,7 @@ public enum Punycode {
     /// - Returns: the decoded text, or `nil` if `input` is not valid Punycode (a non-ASCII
     ///   basic part, a bad digit, a truncated number, overflow, or a code point that is not
     ///   a Unicode scalar).
-    public static func decode(_ input: String) -> String? {
+    package static func decode(_ input: String) -> String? {
         let scalars = input.scalarArray
         var output: [Unicode.Scalar] = []
         var position = 0

@@ -60,13 +60,13 @@ public enum MetadataProblem: Error, Sendable, Equatable, CustomStringConvertible
 
 /// The claim checks on the `cf-access-metadata` JWT (PROTOCOL.md §2). Pure: the caller
 /// passes `now` and has verified the signature.
-public enum MetadataRules {
+package enum MetadataRules {
     /// The domain every Access team domain ends in.
-    public static let accessDomainSuffix = ".cloudflareaccess.com"
+    package static let accessDomainSuffix = ".cloudflareaccess.com"
     /// How old `iat` may be.
-    public static let maximumAge: TimeInterval = 24 * 60 * 60
+    package static let maximumAge: TimeInterval = 24 * 60 * 60
     /// How far in the future `iat` may be.
-    public static let maximumFutureSkew: TimeInterval = 5 * 60
+    package static let maximumFutureSkew: TimeInterval = 5 * 60
 
     /// Checks every claim and returns the application, or the first problem found.
     ///
@@ -77,7 +77,7 @@ public enum MetadataRules {
     /// - `aud` must hold a non-empty value (the first is the AppAUD);
     /// - `iat` must be present, at most 24 h old and at most 5 min in the future;
     /// - `app_hostname` falls back to `hostname` when missing or empty.
-    public static func appInfo(claims: JWTClaims, requestedHost: String, now: Date) -> Result<AppInfo, MetadataProblem> {
+    package static func appInfo(claims: JWTClaims, requestedHost: String, now: Date) -> Result<AppInfo, MetadataProblem> {
         guard claims.type == "match" else { return .failure(.wrongType(claims.type)) }
         guard let hostname = claims.hostname, sameHost(hostname, requestedHost) else {
             return .failure(.hostnameMismatch(claimed: claims.hostname, requested: requestedHost))
@@ -94,7 +94,7 @@ public enum MetadataRules {
     }
 
     /// Whether `domain`, lower-cased, is a plain host name under `.cloudflareaccess.com`.
-    public static func isAccessDomain(_ domain: String) -> Bool {
+    package static func isAccessDomain(_ domain: String) -> Bool {
         let lowered = domain.asciiLowercased
         guard lowered.hasSuffix(accessDomainSuffix), lowered.count > accessDomainSuffix.count else { return false }
         let labels = lowered.split(separator: ".", omittingEmptySubsequences: false)

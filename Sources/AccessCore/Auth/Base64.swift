@@ -2,9 +2,9 @@ import Foundation
 
 /// Base64 in the two alphabets Access uses (RFC 4648 §4 standard, §5 URL-safe), with or
 /// without `=` padding.
-public enum Base64 {
+package enum Base64 {
     /// The alphabet of an encoding.
-    public enum Alphabet: Sendable {
+    package enum Alphabet: Sendable {
         /// `A–Z a–z 0–9 + /` (RFC 4648 §4).
         case standard
         /// `A–Z a–z 0–9 - _` (RFC 4648 §5).
@@ -13,7 +13,7 @@ public enum Base64 {
 
     /// Decodes `text` in `alphabet`; padding is optional. Returns nil for any character
     /// outside the alphabet (white space included), a wrong length or misplaced padding.
-    public static func decode(_ text: String, alphabet: Alphabet) -> [UInt8]? {
+    package static func decode(_ text: String, alphabet: Alphabet) -> [UInt8]? {
         var scalars = Array(text.unicodeScalars)
         var padding = 0
         while scalars.last == "=" {
@@ -46,7 +46,7 @@ public enum Base64 {
     }
 
     /// Encodes `bytes` in `alphabet`, with `=` padding when `padded`.
-    public static func encode(_ bytes: [UInt8], alphabet: Alphabet, padded: Bool) -> String {
+    package static func encode(_ bytes: [UInt8], alphabet: Alphabet, padded: Bool) -> String {
         var text = Data(bytes).base64EncodedString()
         if alphabet == .url {
             text = String(String.UnicodeScalarView(text.unicodeScalars.map { scalar -> Unicode.Scalar in

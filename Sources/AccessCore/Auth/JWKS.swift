@@ -18,13 +18,13 @@ public struct RSAPublicJWK: Sendable, Equatable {
 }
 
 /// A JSON Web Key Set: the RSA keys of `https://<auth_domain>/cdn-cgi/access/certs`.
-public struct JWKS: Sendable, Equatable {
+package struct JWKS: Sendable, Equatable {
     /// The RSA keys that have a `kid`, `n` and `e`; other keys are skipped.
-    public let keys: [RSAPublicJWK]
+    package let keys: [RSAPublicJWK]
 
     /// Parses `{"keys":[{"kid":…,"kty":"RSA","n":…,"e":…},…]}`. Keys of another `kty`,
     /// or without `kid`/`n`/`e`, are skipped; a body that is not such an object is refused.
-    public static func parse(_ bytes: [UInt8]) throws(JWTFormatError) -> JWKS {
+    package static func parse(_ bytes: [UInt8]) throws(JWTFormatError) -> JWKS {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
               let rawKeys = object["keys"] as? [Any] else {
             throw JWTFormatError("the key set is not a JSON object with a \"keys\" array")
@@ -42,18 +42,18 @@ public struct JWKS: Sendable, Equatable {
     }
 
     /// The key with `kid`, if any.
-    public func key(id: String) -> RSAPublicJWK? { keys.first { $0.keyID == id } }
+    package func key(id: String) -> RSAPublicJWK? { keys.first { $0.keyID == id } }
 }
 
 /// When to use the on-disk JWKS and when to fetch it again (PROTOCOL.md §2).
-public enum JWKSCachePolicy {
+package enum JWKSCachePolicy {
     /// A cached key set is fresh for 24 h.
-    public static let maximumAge: TimeInterval = 24 * 60 * 60
+    package static let maximumAge: TimeInterval = 24 * 60 * 60
     /// An unknown `kid` refetches at most once a minute.
-    public static let refetchInterval: TimeInterval = 60
+    package static let refetchInterval: TimeInterval = 60
 
     /// What to do about the key set.
-    public enum Decision: Sendable, Equatable {
+    package enum Decision: Sendable, Equatable {
         /// Use the cached set (it has the key, or a refetch would come too soon).
         case useCached
         /// Fetch the set from the auth domain.
@@ -68,7 +68,7 @@ public enum JWKSCachePolicy {
     /// A missing or older-than-24-h set is fetched; a fresh set with the key is used; a
     /// fresh set without it is fetched again unless this process fetched it less than a minute
     /// ago (a key rotated since another process cached the set is found at once).
-    public static func decide(cachedAt: Date?, hasKey: Bool, lastFetchedByUs: Date?, now: Date) -> Decision {
+    package static func decide(cachedAt: Date?, hasKey: Bool, lastFetchedByUs: Date?, now: Date) -> Decision {
         guard let cachedAt else { return .fetch }
         let age = now.timeIntervalSince(cachedAt)
         if age >= maximumAge || age < -maximumAge { return .fetch }

@@ -1,64 +1,64 @@
 import Foundation
 
 /// Why a compact JWT could not be read. The reason names the problem, never the token.
-public struct JWTFormatError: Error, Sendable, Equatable, CustomStringConvertible {
+package struct JWTFormatError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What is wrong, e.g. "it does not have three parts".
-    public let reason: String
+    package let reason: String
     /// The reason.
-    public var description: String { reason }
+    package var description: String { reason }
     init(_ reason: String) { self.reason = reason }
 }
 
 /// The claims of a JWT this client looks at. Unknown claims are ignored.
-public struct JWTClaims: Sendable, Equatable {
+package struct JWTClaims: Sendable, Equatable {
     /// `aud`: given as a string or an array of strings; always an array here.
-    public var audience: [String] = []
+    package var audience: [String] = []
     /// `exp`, if present.
-    public var expiresAt: Date?
+    package var expiresAt: Date?
     /// `iat`, if present.
-    public var issuedAt: Date?
+    package var issuedAt: Date?
     /// `iss`, if present.
-    public var issuer: String?
+    package var issuer: String?
     /// `type` (Access metadata: `"match"`).
-    public var type: String?
+    package var type: String?
     /// `hostname` (Access metadata).
-    public var hostname: String?
+    package var hostname: String?
     /// `auth_domain` (Access metadata).
-    public var authDomain: String?
+    package var authDomain: String?
     /// `app_hostname` (Access metadata; may hold wildcards).
-    public var appHostname: String?
+    package var appHostname: String?
 
     /// Empty claims; tests fill in what they need.
-    public init() {}
+    package init() {}
 }
 
 /// A decoded (not verified) compact JWS: header fields, claims, and the bytes a signature
 /// check needs. Its descriptions never show the token or its signature.
-public struct JWT: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+package struct JWT: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// Header `alg`, e.g. `RS256`.
-    public let algorithm: String
+    package let algorithm: String
     /// Header `kid`, if present.
-    public let keyID: String?
+    package let keyID: String?
     /// The payload's claims.
-    public let claims: JWTClaims
+    package let claims: JWTClaims
     /// `base64url(header) "." base64url(payload)` as bytes: what the signature covers.
-    public let signingInput: [UInt8]
+    package let signingInput: [UInt8]
     /// The decoded signature.
-    public let signature: [UInt8]
+    package let signature: [UInt8]
 
     /// `JWT(alg: RS256, kid: k1)`: no claims, no signature.
-    public var description: String { "JWT(alg: \(algorithm), kid: \(keyID ?? "none"))" }
+    package var description: String { "JWT(alg: \(algorithm), kid: \(keyID ?? "none"))" }
     /// Same as `description`.
-    public var debugDescription: String { description }
+    package var debugDescription: String { description }
     /// Shows only `description`, so `dump` cannot print the token.
-    public var customMirror: Mirror { Mirror(self, children: ["description": description]) }
+    package var customMirror: Mirror { Mirror(self, children: ["description": description]) }
 
     /// Decodes a compact JWS `header.payload.signature` (base64url without padding, as
     /// RFC 7515 says; padding is tolerated). Surrounding white space is ignored.
     ///
     /// - `aud` may be a string or an array of strings; numbers are refused there.
     /// - `exp` and `iat` may be integers or decimals (seconds since 1970).
-    public static func decode(_ compact: String) throws(JWTFormatError) -> JWT {
+    package static func decode(_ compact: String) throws(JWTFormatError) -> JWT {
         let trimmed = compact.trimmingWhitespace
         let parts = trimmed.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 3 else { throw JWTFormatError("it does not have three dot-separated parts") }

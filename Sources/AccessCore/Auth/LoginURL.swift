@@ -1,5 +1,5 @@
 /// The browser login URL of the transfer flow (PROTOCOL.md §3 step 2).
-public enum LoginURL {
+package enum LoginURL {
     /// Builds `https://<app host>/cdn-cgi/access/cli?aud=…&edge_token_transfer=true&redirect_url=…&send_org_token=true&token=…`.
     ///
     /// - `redirect_url` is the app URL with `aud` and `token` in its query;
@@ -11,7 +11,7 @@ public enum LoginURL {
     ///   - app: the origin (its `httpsURL` is the app URL).
     ///   - publicKey: the ephemeral box public key, base64 URL alphabet with padding.
     ///   - appAUD: the application's AUD.
-    public static func build(app: OriginURL, publicKey: String, appAUD: String, closeInterstitial: Bool = false) -> String {
+    package static func build(app: OriginURL, publicKey: String, appAUD: String, closeInterstitial: Bool = false) -> String {
         let redirect = app.httpsURL + "?" + encode([("aud", appAUD), ("token", publicKey)])
         var pairs = [
             ("aud", appAUD), ("token", publicKey), ("redirect_url", redirect),
@@ -28,7 +28,7 @@ public enum LoginURL {
 
     /// Go's `url.QueryEscape`: unreserved characters stay, space becomes `+`, every other
     /// byte `%XX` (upper-case hex).
-    public static func queryEscape(_ text: String) -> String {
+    package static func queryEscape(_ text: String) -> String {
         var out = ""
         for byte in text.utf8 {
             switch byte {

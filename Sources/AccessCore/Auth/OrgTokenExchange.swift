@@ -1,18 +1,18 @@
 /// A cookie from a `Set-Cookie` header: only its name and value (attributes are ignored).
-public struct SetCookie: Sendable, Equatable {
+package struct SetCookie: Sendable, Equatable {
     /// The cookie name.
-    public let name: String
+    package let name: String
     /// The cookie value, surrounding double quotes removed.
-    public let value: String
+    package let value: String
 
     /// A cookie `name=value`.
-    public init(name: String, value: String) {
+    package init(name: String, value: String) {
         self.name = name
         self.value = value
     }
 
     /// Parses `name=value; Attr…`; nil when there is no `=` or the name is empty.
-    public static func parse(_ header: String) -> SetCookie? {
+    package static func parse(_ header: String) -> SetCookie? {
         let pair = String(header.prefix { $0 != ";" })
         guard let equals = pair.firstIndex(of: "=") else { return nil }
         let name = String(pair[..<equals]).trimmingWhitespace
@@ -73,22 +73,22 @@ struct SplitURL: Equatable {
 /// The org-token exchange as a state machine (PROTOCOL.md §3): `HEAD <app URL>` and its
 /// redirects followed by hand, cookies added by path, stopping after `/cdn-cgi/access/authorized`.
 /// The shell sends each `.send` request and feeds the answer back. Never prints the token.
-public struct OrgTokenExchange: Sendable, CustomStringConvertible {
+package struct OrgTokenExchange: Sendable, CustomStringConvertible {
     /// The Access login path: requests to it carry `CF_Authorization=<org token>`.
-    public static let loginPath = "/cdn-cgi/access/login"
+    package static let loginPath = "/cdn-cgi/access/login"
     /// The Access authorized path: requests to it carry `CF_AppSession`; its answer sets the app token.
-    public static let authorizedPath = "/cdn-cgi/access/authorized"
+    package static let authorizedPath = "/cdn-cgi/access/authorized"
     /// The cookie holding a token.
-    public static let tokenCookie = "CF_Authorization"
+    package static let tokenCookie = "CF_Authorization"
     /// The session cookie handed from the login answer to the authorized request.
-    public static let appSessionCookie = "CF_AppSession"
+    package static let appSessionCookie = "CF_AppSession"
     /// Redirects followed at most (as Go's client does).
-    public static let maximumRedirects = 10
+    package static let maximumRedirects = 10
     /// Seconds allowed per request.
-    public static let timeoutSeconds = 7
+    package static let timeoutSeconds = 7
 
     /// What the shell does next.
-    public enum Action: Sendable {
+    package enum Action: Sendable {
         /// Send this request and call `received`.
         case send(HTTPRequest)
         /// The exchange produced this app token (still to be checked by the cache rules).
@@ -104,20 +104,20 @@ public struct OrgTokenExchange: Sendable, CustomStringConvertible {
     private var done = false
 
     /// `OrgTokenExchange(<app URL path>)`.
-    public var description: String { "OrgTokenExchange(\(current.scheme)://\(current.authority)\(current.path))" }
+    package var description: String { "OrgTokenExchange(\(current.scheme)://\(current.authority)\(current.path))" }
 
     /// Prepares the exchange for the app at `appURL` with the org token.
-    public init?(appURL: String, orgToken: String) {
+    package init?(appURL: String, orgToken: String) {
         guard let url = SplitURL(appURL) else { return nil }
         current = url
         self.orgToken = orgToken
     }
 
     /// The first request: `HEAD <app URL>`.
-    public func start() -> Action { .send(request(for: current)) }
+    package func start() -> Action { .send(request(for: current)) }
 
     /// Feeds one answer (status, `Location`, every `Set-Cookie`) and says what follows.
-    public mutating func received(status: Int, location: String?, setCookies: [String]) -> Action {
+    package mutating func received(status: Int, location: String?, setCookies: [String]) -> Action {
         guard !done else { return .failed("the exchange already ended") }
         let cookies = setCookies.compactMap(SetCookie.parse)
         if let session = cookies.last(where: { $0.name == Self.appSessionCookie }) { appSession = session }

@@ -2,30 +2,30 @@ import Foundation
 
 /// The names of cloudflared's cache files in `~/.cloudflared/` (PROTOCOL.md §3), so that a
 /// token one client saved is found by the other.
-public enum TokenCacheNaming {
+package enum TokenCacheNaming {
     /// `<AppHostname>-<AppAUD>-token`, every `/` and `*` replaced by `-`.
-    public static func appTokenFileName(for app: AppInfo) -> String {
+    package static func appTokenFileName(for app: AppInfo) -> String {
         replacing(app.appHostname + "-" + app.appAUD + "-token", ["/", "*"])
     }
 
     /// `<AuthDomain>-org-token`, every `/` replaced by `-`.
-    public static func orgTokenFileName(authDomain: String) -> String {
+    package static func orgTokenFileName(authDomain: String) -> String {
         replacing(authDomain + "-org-token", ["/"])
     }
 
     /// `<auth_domain>-jwks`: the cached key set of an auth domain.
-    public static func jwksFileName(authDomain: String) -> String {
+    package static func jwksFileName(authDomain: String) -> String {
         replacing(authDomain + "-jwks", ["/"])
     }
 
     /// `<name>.lock`: the lock taken while a login for that token runs.
-    public static func lockFileName(for tokenFileName: String) -> String { tokenFileName + ".lock" }
+    package static func lockFileName(for tokenFileName: String) -> String { tokenFileName + ".lock" }
 
     /// `<name>.url`: the login URL the lock's holder is waiting on.
-    public static func urlFileName(for tokenFileName: String) -> String { tokenFileName + ".url" }
+    package static func urlFileName(for tokenFileName: String) -> String { tokenFileName + ".url" }
 
     /// Whether `name` is one of our token files (app or org token), for `logout`.
-    public static func isTokenFileName(_ name: String) -> Bool {
+    package static func isTokenFileName(_ name: String) -> Bool {
         name.hasSuffix("-token") && !name.hasPrefix(".")
     }
 
@@ -35,7 +35,7 @@ public enum TokenCacheNaming {
 }
 
 /// Why a cached token file is not used; the file is then deleted.
-public enum CachedTokenProblem: Error, Sendable, Equatable, CustomStringConvertible {
+package enum CachedTokenProblem: Error, Sendable, Equatable, CustomStringConvertible {
     /// The file does not hold a readable JWT (the reason says why).
     case malformed(String)
     /// The payload has no `exp`.
@@ -46,7 +46,7 @@ public enum CachedTokenProblem: Error, Sendable, Equatable, CustomStringConverti
     case foreignAudience
 
     /// A short phrase, e.g. "it expired at 2026-01-01T00:00:00Z".
-    public var description: String {
+    package var description: String {
         switch self {
         case .malformed(let reason): return "it is not a valid token (\(reason))"
         case .noExpiry: return "it has no expiry time (exp)"
@@ -57,12 +57,12 @@ public enum CachedTokenProblem: Error, Sendable, Equatable, CustomStringConverti
 }
 
 /// Whether a cached token may be used (PROTOCOL.md §3).
-public enum TokenCacheRules {
+package enum TokenCacheRules {
     /// Valid with its expiry time, or a problem meaning "delete the file and go on".
     ///
     /// A token is used only if it decodes as a JWT, has `exp` in the future (strictly after
     /// `now`), and — when `requiredAudience` is given (app tokens) — its `aud` contains it.
-    public static func check(token: String, requiredAudience: String?, now: Date) -> Result<Date, CachedTokenProblem> {
+    package static func check(token: String, requiredAudience: String?, now: Date) -> Result<Date, CachedTokenProblem> {
         let jwt: JWT
         do {
             jwt = try JWT.decode(token)

@@ -1,7 +1,7 @@
 import Foundation
 
 /// What one answer of the transfer service means (PROTOCOL.md §3 step 4).
-public enum TransferPollOutcome: Sendable, Equatable {
+package enum TransferPollOutcome: Sendable, Equatable {
     /// Not yet (any non-200 below 500): poll again.
     case notYet
     /// The service failed (≥ 500); `detail` is the body, scrubbed and shortened.
@@ -13,16 +13,16 @@ public enum TransferPollOutcome: Sendable, Equatable {
 }
 
 /// The decisions of the transfer flow, pure.
-public enum TransferRules {
+package enum TransferRules {
     /// The production transfer service.
-    public static let defaultBaseURL = "https://login.cloudflareaccess.org"
+    package static let defaultBaseURL = "https://login.cloudflareaccess.org"
     /// The FedRAMP transfer service.
-    public static let fedRAMPBaseURL = "https://login.fed.cloudflareaccess.org"
+    package static let fedRAMPBaseURL = "https://login.fed.cloudflareaccess.org"
     /// The response header with the service's box public key.
-    public static let servicePublicKeyHeader = "service-public-key"
+    package static let servicePublicKeyHeader = "service-public-key"
 
     /// `<base>/transfer/<publicKey>`; the key (base64 URL with padding) is escaped for a path.
-    public static func pollURL(base: String, publicKey: String) -> String {
+    package static func pollURL(base: String, publicKey: String) -> String {
         var base = base
         while base.hasSuffix("/") { base.removeLast() }
         let escaped = String(scalars: publicKey.unicodeScalars.flatMap { scalar -> [Unicode.Scalar] in
@@ -34,7 +34,7 @@ public enum TransferRules {
     /// Interprets one poll answer: ≥500 → error with the body; other non-200 → not yet;
     /// 200 → the body is standard base64 (white space trimmed) and the header
     /// `service-public-key` is base64 URL (padding optional).
-    public static func interpret(status: Int, servicePublicKey: String?, body: [UInt8]) -> TransferPollOutcome {
+    package static func interpret(status: Int, servicePublicKey: String?, body: [UInt8]) -> TransferPollOutcome {
         if status >= 500 {
             let text = String(decoding: body.prefix(512), as: UTF8.self)
             var detail = Redaction.scrub(text)
@@ -56,17 +56,17 @@ public enum TransferRules {
     }
 
     /// The two tokens of an opened transfer. Never printed.
-    public struct Tokens: Sendable, CustomStringConvertible {
+    package struct Tokens: Sendable, CustomStringConvertible {
         /// `app_token`.
-        public let appToken: String
+        package let appToken: String
         /// `org_token` (may be empty when the service sends none).
-        public let orgToken: String
+        package let orgToken: String
         /// `Tokens([redacted])`.
-        public var description: String { "Tokens([redacted])" }
+        package var description: String { "Tokens([redacted])" }
     }
 
     /// Parses the opened JSON `{"app_token": "...", "org_token": "..."}`; `app_token` is required.
-    public static func tokens(fromOpened bytes: [UInt8]) -> Tokens? {
+    package static func tokens(fromOpened bytes: [UInt8]) -> Tokens? {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
               let app = object["app_token"] as? String, !app.trimmingWhitespace.isEmpty else { return nil }
         let org = (object["org_token"] as? String) ?? ""

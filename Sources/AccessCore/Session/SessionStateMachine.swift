@@ -4,9 +4,9 @@
 /// Transitions are deterministic; an event that makes no sense in the current state changes
 /// nothing and asks for nothing, so a late callback (a dial finishing after `disconnect`) is
 /// harmless.
-public struct SessionStateMachine: Sendable, Equatable {
+package struct SessionStateMachine: Sendable, Equatable {
     /// Which credential an attempt uses.
-    public enum Credential: Sendable, Equatable {
+    package enum Credential: Sendable, Equatable {
         /// The service token headers.
         case serviceToken
         /// An OAuth app token (from the cache or a login).
@@ -14,16 +14,16 @@ public struct SessionStateMachine: Sendable, Equatable {
     }
 
     /// What the session was asked to use.
-    public struct Plan: Sendable, Equatable {
+    package struct Plan: Sendable, Equatable {
         /// The first credential to try.
-        public let primary: Credential
+        package let primary: Credential
         /// Try OAuth when Access rejects the service token (off unless asked for).
-        public let fallbackToOAuth: Bool
+        package let fallbackToOAuth: Bool
         /// Retries of retryable failures.
-        public let retry: RetryPolicy
+        package let retry: RetryPolicy
 
         /// Creates a plan.
-        public init(primary: Credential, fallbackToOAuth: Bool = false, retry: RetryPolicy = .standard) {
+        package init(primary: Credential, fallbackToOAuth: Bool = false, retry: RetryPolicy = .standard) {
             self.primary = primary
             self.fallbackToOAuth = fallbackToOAuth && primary == .serviceToken
             self.retry = retry
@@ -31,7 +31,7 @@ public struct SessionStateMachine: Sendable, Equatable {
     }
 
     /// Something that happened.
-    public enum Event: Sendable, Equatable {
+    package enum Event: Sendable, Equatable {
         /// `connect` was called.
         case connectRequested(Plan)
         /// The credential is at hand.
@@ -58,7 +58,7 @@ public struct SessionStateMachine: Sendable, Equatable {
     }
 
     /// What the shell must do, in order.
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Get a credential; `refresh` drops a cached OAuth token first (Access rejected it).
         case authenticate(Credential, refresh: Bool)
         /// Open the WebSocket with the current credential.
@@ -78,13 +78,13 @@ public struct SessionStateMachine: Sendable, Equatable {
     }
 
     /// Why `connect` was refused.
-    public enum Refusal: Error, Sendable, Equatable {
+    package enum Refusal: Error, Sendable, Equatable {
         /// A session is already in progress or up.
         case invalidState(ConnectionState)
     }
 
     /// The current state.
-    public private(set) var state: ConnectionState = .idle
+    package private(set) var state: ConnectionState = .idle
     private var plan = Plan(primary: .serviceToken, retry: .never)
     private var credential: Credential = .serviceToken
     private var attempt = 1
@@ -92,16 +92,16 @@ public struct SessionStateMachine: Sendable, Equatable {
     private var refreshedOAuth = false
 
     /// A machine in `.idle`.
-    public init() {}
+    package init() {}
 
     /// Starts a session. Throws, changing nothing, unless the state is terminal.
-    public mutating func connect(_ plan: Plan) throws(Refusal) -> [Action] {
+    package mutating func connect(_ plan: Plan) throws(Refusal) -> [Action] {
         guard state.isTerminal else { throw .invalidState(state) }
         return handle(.connectRequested(plan))
     }
 
     /// Feeds one event; returns the actions to perform, in order.
-    public mutating func handle(_ event: Event) -> [Action] {
+    package mutating func handle(_ event: Event) -> [Action] {
         switch (state, event) {
         case (let current, .connectRequested(let newPlan)):
             guard current.isTerminal else { return [] }
