@@ -19,6 +19,10 @@ Modes (every connection of the process gets the same mode):
   quiet           answers nothing and never reads (a dead path); logs nothing more
   echo-close      echoes binary frames; answers a Close; after the client's Close waits for
                   the TLS close_notify and logs `tls-close-notify` (or `tls-eof-without-close-notify`)
+
+--hold-handshake FILE (any mode): each connection logs `client-hello N` once the client's TLS
+ClientHello has arrived, then holds the TLS handshake (no ServerHello) until FILE exists. A test
+uses it to do something while a client's handshake is half done.
 """
 
 import argparse
@@ -237,6 +241,7 @@ def main():
     parser.add_argument("--split", type=int, default=0)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--close-payload", default="")
+    parser.add_argument("--hold-handshake", default="")
     args = parser.parse_args()
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -252,6 +257,15 @@ def main():
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def run(raw=raw, index=index):
+            if args.hold_handshake:
+                try:
+                    raw.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    raw.close()
+                    return
+                log("client-hello %d" % index)
+                while not os.path.exists(args.hold_handshake):
+                    time.sleep(0.02)
             try:
                 conn = context.wrap_socket(raw, server_side=True, suppress_ragged_eofs=False)
             except (ssl.SSLError, OSError):

@@ -146,6 +146,9 @@ extension Bridge {
             let n = lws_hdr_copy(wsi, &buffer, Int32(buffer.count), WSI_TOKEN_HTTP_LOCATION)
             if n > 0 { location = String(nulTerminated: buffer) }
         }
+        if tlsReason == nil, let session = lws_get_ssl(wsi) {
+            tlsReason = TLSSessionCache.verifyFailure(session)
+        }
         let config = loop.configuration
         let failure = DialFailureClassifier.classify(
             host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",

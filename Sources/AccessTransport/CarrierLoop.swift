@@ -347,8 +347,10 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
     case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
         // The vhost's client SSL_CTX is `user`; the wsi is a stand-in (only its context is real).
         guard let sslContext = user.map(OpaquePointer.init), let raw = lws_context_user(lws_get_context(wsi)) else { return 0 }
-        let logger = Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().logger
-        if !TLSSessionCache.install(on: sslContext) {
+        let loop = Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue()
+        let logger = loop.logger
+        let acceptsUnverified = loop.configuration.connectTo?.skipVerification == true
+        if !TLSSessionCache.install(on: sslContext, acceptsUnverified: acceptsUnverified) {
             logger.warning("TLS session resumption is off: OpenSSL refused the session hooks")
         }
         if !TLSSessionCache.preferFastCiphers(on: sslContext) {
