@@ -78,10 +78,29 @@ public enum Redaction {
         return output.joined(separator: " ")
     }
 
-    private static func scrubWord(_ word: String) -> String {
+    /// One word scrubbed until nothing more changes: removing one secret can expose another
+    /// shape (a URL whose authority now reaches an `@`), and scrubbing must be idempotent. A word
+    /// that has not settled after a few rounds is replaced whole.
+    static func scrubWord(_ word: String, maxRounds: Int = 6) -> String {
+        var current = word
+        for _ in 0..<maxRounds {
+            let next = scrubWordOnce(current)
+            if next == current { return current }
+            current = next
+        }
+        return placeholder
+    }
+
+    private static func scrubWordOnce(_ word: String) -> String {
         var scalars = word.scalarArray
-        if let schemeEnd = scalars.firstIndex(ofSequence: "://") {
+        // Every URL in the word, not only the first: a second one's user information would
+        // otherwise survive until the first one's removal made it the first (not idempotent).
+        var searchFrom = 0
+        while searchFrom < scalars.count,
+              let found = Array(scalars[searchFrom...]).firstIndex(ofSequence: "://") {
+            let schemeEnd = searchFrom + found
             scalars = scrubURL(scalars, schemeEnd: schemeEnd)
+            searchFrom = schemeEnd + 3
         }
         scalars = scrubPairs(scalars)
         scalars = scrubTokens(scalars)
@@ -127,7 +146,11 @@ public enum Redaction {
                 continue
             }
             var valueEnd = index
-            while valueEnd < scalars.count, !isValueTerminator(scalars[valueEnd]) { valueEnd += 1 }
+            while valueEnd < scalars.count, !isValueTerminator(scalars[valueEnd]) {
+                // A placeholder inside the value (from a URL in it) is part of the value: its
+                // "]" does not end it.
+                valueEnd += scalars[valueEnd...].starts(with: placeholderScalars) ? placeholderScalars.count : 1
+            }
             if valueEnd > index {
                 output += placeholder.scalarArray
                 index = valueEnd

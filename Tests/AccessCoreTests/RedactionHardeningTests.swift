@@ -13,7 +13,28 @@ struct RedactionHardeningTests {
         // Found by scripts/fuzz: a "Name:" word holding a JWT shape, after a secret header.
         "proxy-authorizations:\u{0}\u{3}\u{0}ax/\u{0}B\u{0}eyJh.eh~tzs:\u{0}\u{3}\u{0}axtoE\r\u{1}\u{0}",
         "Authorization: x eyJh.eyJi.c~d: tail",
+        // Found by scripts/fuzz: a second URL in one word; a token whose removal exposes userinfo.
+        "\u{13}=\u{0}Ti\u{FFFD}a=ey2Jh.eyJi\u{8}:$$$/htoken=eyJhtoken/u:h://uj:@eyJh://u:j@\u{FFFD}\u{5}",
+        "h://np\u{FFFD}hOi>eyl:l://np@hi>eyJzWIi.c3//np@hi>eyJzWIi.c3l=1=1",
     ]
+
+    @Test("user information of every URL in a word is removed, not only the first's")
+    func everyURLInAWord() {
+        let once = Redaction.scrub("see=https://a.example/x,https://user:pw@b.example/y")
+        #expect(!once.contains("user:pw"), "\(once)")
+        #expect(once.contains("a.example/x"))
+    }
+
+    @Test("a word is scrubbed until it settles; one that does not settle in the rounds allowed is replaced whole")
+    func scrubbingSettles() {
+        // Removing the JWT-shaped run opens the authority up to the next "@": a second round
+        // removes that user information.
+        let word = "l://np@hi>eyJzWIi.c3//np@hi>x"
+        let settled = Redaction.scrubWord(word)
+        #expect(Redaction.scrubWord(settled) == settled)
+        #expect(!settled.contains("np@"), "\(settled)")
+        #expect(Redaction.scrubWord(word, maxRounds: 1) == Redaction.placeholder)
+    }
 
     @Test("scrubbing twice gives the same text as scrubbing once", arguments: inputs)
     func idempotent(_ input: String) {

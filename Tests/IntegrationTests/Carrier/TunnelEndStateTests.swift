@@ -12,7 +12,7 @@ private let serviceToken = try! ServiceToken(clientID: testTokenID, clientSecret
 
 private func options(port: Int, limits: ListenerLimits = .singleConnection, keepalive: Int = 30) throws -> AccessTunnel.Options {
     AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(port)"), caFile: try certs().caFile.path,
-                         connectTimeout: 15, retry: .never, limits: limits, keepaliveInterval: keepalive)
+                         connectTimeout: 60, retry: .never, limits: limits, keepaliveInterval: keepalive)
 }
 
 /// Collects every state a subscriber sees, from before `connect`.
