@@ -70,13 +70,23 @@ struct UpgradeAnswerTests {
         #expect(!result.stderr.contains("Network unavailable"))
     }
 
-    @Test("an answer that is not HTTP, then a close, is named as such, not 'Network unavailable'")
+    @Test("an answer that is not HTTP, then a close, is named as such (exit 76), not 'Network unavailable'")
     func notHTTPThenClose() throws {
         let edge = try UpgradeEdge(mode: "not-http-close")
         let result = try runTool(try edge.arguments())
-        #expect(result.status == 69, "\(result.stderr)")
-        #expect(result.stderr.contains("closed the connection without a complete answer to the WebSocket upgrade"), "\(result.stderr)")
+        #expect(result.status == 76, "\(result.stderr)")
+        #expect(result.stderr.contains("answered the WebSocket upgrade with \"SSH-2.0…\", which is not HTTP"), "\(result.stderr)")
         #expect(!result.stderr.contains("Network unavailable"))
+    }
+
+    @Test("an answer that is not HTTP on a connection held open is named at once, not after the connect timeout")
+    func notHTTPHeldOpen() throws {
+        let edge = try UpgradeEdge(mode: "not-http")
+        // A timeout longer than the run's own limit: only the true reason can end it in time.
+        let result = try runTool(try edge.arguments() + ["--connect-timeout", "120"])
+        #expect(result.status == 76, "\(result.stderr)")
+        #expect(result.stderr.contains("answered the WebSocket upgrade with \"SSH-2.0…\", which is not HTTP"), "\(result.stderr)")
+        #expect(!result.stderr.contains("timed out"))
     }
 
     @Test("request headers too large for one request say so (exit 64), not 'Network unavailable'")

@@ -51,4 +51,8 @@ static inline int CCFShim_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, (
 // OpenSSL. Returns 1 on success.
 int CCFShim_clamp_reads(SSL *ssl, int on);
 
+// When the answer of a clamped `ssl` did not start with "HTTP/": copies its first bytes (at most
+// 7, NUL-terminated; `size` at least 8) to `first` and returns their count; else 0.
+int CCFShim_not_http_answer(SSL *ssl, char *first, int size);
+
 #endif
