@@ -141,6 +141,11 @@ public actor AccessTunnel {
     // MARK: Driving the machine
 
     private func start(hostname: String, method: AuthenticationMethod, mode: Mode) async throws(TunnelFailure) {
+        do {
+            try options.validate()
+        } catch {
+            throw TunnelFailure.configuration(ConfigurationError("The tunnel's options are out of range: \(error)"))
+        }
         let origin: OriginURL
         do {
             origin = try OriginURL.parse(hostname)

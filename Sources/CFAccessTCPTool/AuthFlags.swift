@@ -123,9 +123,9 @@ func checkCAFile(_ path: String?) throws(ConfigurationError) {
     }
 }
 
-/// Runs an async piece of work from a synchronous command, with Ctrl-C and SIGTERM
-/// removing any held login lock before the process exits.
-func runAuthWork<T: Sendable>(_ body: @escaping @Sendable () async throws(TunnelFailure) -> T) throws(TunnelFailure) -> T {
+/// Runs the login work of `login`, `token` and `logout`, with Ctrl-C and SIGTERM removing any
+/// held login lock before the process exits.
+func runAuthWork<T: Sendable>(_ body: () async throws(TunnelFailure) -> T) async throws(TunnelFailure) -> T {
     // The login work holds tokens: no core dumps (issue 12.10).
     SecretMemory.protect()
     let signals = handleInterrupts { _ in
@@ -134,20 +134,7 @@ func runAuthWork<T: Sendable>(_ body: @escaping @Sendable () async throws(Tunnel
         exit(130)
     }
     defer { signals.forEach { $0.cancel() } }
-    let box = LockedBox<Result<T, TunnelFailure>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        let result: Result<T, TunnelFailure>
-        do throws(TunnelFailure) {
-            result = .success(try await body())
-        } catch {
-            result = .failure(error)
-        }
-        box.withLock { $0 = result }
-        done.signal()
-    }
-    done.wait()
-    return try box.withLock { $0 }!.get()
+    return try await body()
 }
 
 /// Sets up logging and the token provider for a login subcommand.

@@ -4,7 +4,7 @@ import CFAccessTCP
 import Foundation
 
 /// `cf-access-tcp login <url>`: log in to an Access application and cache its token.
-struct LoginCommand: ParsableCommand {
+struct LoginCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "login",
         abstract: "Log in to a Cloudflare Access application and cache its token (like `cloudflared access login`).",
@@ -33,12 +33,12 @@ struct LoginCommand: ParsableCommand {
 
     @OptionGroup var auth: AuthFlags
 
-    func run() throws {
+    func run() async throws {
         let origin = try parseApplicationURL(try applicationURL(argument: url, app: app))
         let provider = try makeProvider(flags: auth)
         let token: String
         do {
-            token = try runAuthWork { () async throws(TunnelFailure) -> String in try await provider.login(for: origin) }
+            token = try await runAuthWork { () async throws(TunnelFailure) -> String in try await provider.login(for: origin) }
         } catch {
             writeStderr("cf-access-tcp: \(error.withFlags)")
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
@@ -53,7 +53,7 @@ struct LoginCommand: ParsableCommand {
 }
 
 /// `cf-access-tcp token <url>`: print the cached token of an application.
-struct TokenCommand: ParsableCommand {
+struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token",
         abstract: "Print the cached, valid Access token of an application (like `cloudflared access token`)."
@@ -68,12 +68,12 @@ struct TokenCommand: ParsableCommand {
 
     @OptionGroup var auth: CacheFlags
 
-    func run() throws {
+    func run() async throws {
         let origin = try parseApplicationURL(try applicationURL(argument: url, app: app))
         let provider = try makeProvider(flags: auth)
         let token: String?
         do {
-            token = try runAuthWork { () async throws(TunnelFailure) -> String? in try await provider.cachedAppToken(for: origin) }
+            token = try await runAuthWork { () async throws(TunnelFailure) -> String? in try await provider.cachedAppToken(for: origin) }
         } catch {
             writeStderr("cf-access-tcp: \(error.withFlags)")
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
@@ -87,7 +87,7 @@ struct TokenCommand: ParsableCommand {
 }
 
 /// `cf-access-tcp logout [<url>]`: remove cached tokens.
-struct LogoutCommand: ParsableCommand {
+struct LogoutCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "logout",
         abstract: "Remove the cached token of an application, or without a URL every cached Access token."
@@ -102,11 +102,11 @@ struct LogoutCommand: ParsableCommand {
 
     @OptionGroup var auth: CacheFlags
 
-    func run() throws {
+    func run() async throws {
         let origin = try url.map { raw in try parseApplicationURL(raw) }
         let provider = try makeProvider(flags: auth)
         let includeOrg = org
-        let result = try runAuthWork { () async throws(TunnelFailure) -> AccessTokenProvider.LogoutResult in
+        let result = try await runAuthWork { () async throws(TunnelFailure) -> AccessTokenProvider.LogoutResult in
             await provider.logout(origin: origin, includingOrgToken: includeOrg)
         }
         if result.removed.isEmpty {

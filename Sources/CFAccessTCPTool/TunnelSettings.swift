@@ -74,21 +74,6 @@ struct TunnelSettings {
             origin: origin, userAgent: Version.userAgent, serviceToken: serviceToken,
             accessToken: serviceToken == nil ? accessToken : nil, destination: destination, extraHeaders: extra)
 
-        guard (1...600).contains(flags.connectTimeout) else {
-            throw ConfigurationError("--connect-timeout must be between 1 and 600 seconds")
-        }
-        guard (0...86_400).contains(flags.keepalive) else {
-            throw ConfigurationError("--keepalive must be between 0 (off) and 86400 seconds")
-        }
-        guard (0...3600).contains(flags.halfCloseLinger) else {
-            throw ConfigurationError("--half-close-linger must be between 0 (close at once) and 3600 seconds")
-        }
-        guard (0...10).contains(flags.retries) else {
-            throw ConfigurationError("--retries must be between 0 and 10")
-        }
-        if let max = flags.maxConnections, max < 1 {
-            throw ConfigurationError("--max-connections must be at least 1")
-        }
         listen = try pick(flags.url, "TUNNEL_SERVICE_URL").map { raw throws(ConfigurationError) in
             try ListenAddress.parse(raw, allowNonLoopback: flags.allowNonLoopback)
         }
@@ -102,6 +87,20 @@ struct TunnelSettings {
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
             keepaliveInterval: flags.keepalive, resolveOverrides: resolve, proxy: proxy)
         options.halfCloseLinger = Double(flags.halfCloseLinger)
+        // The ranges are the library's (AccessTunnel.Options.validate); the words name our flags.
+        do {
+            try options.validate()
+        } catch {
+            let flag: String
+            switch error.field {
+            case .connectTimeout: flag = "--connect-timeout"
+            case .keepaliveInterval: flag = "--keepalive"
+            case .halfCloseLinger: flag = "--half-close-linger"
+            case .retries: flag = "--retries"
+            case .maxConcurrentConnections: flag = "--max-connections"
+            }
+            throw ConfigurationError("\(flag) must be \(error.allowed)")
+        }
         self.options = options
     }
 

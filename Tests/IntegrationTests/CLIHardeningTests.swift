@@ -57,6 +57,12 @@ struct CLIHardeningTests {
         (["--single-connection"], "--single-connection needs --url"),
         (["--max-connections", "3"], "--max-connections needs --url"),
         (["--access-token", "a.b.c", "--service-token-id", "i", "--service-token-secret", "s"], "give one credential"),
+        // Ranges checked by the library (AccessTunnel.Options.validate), worded with our flags (13.9).
+        (["--connect-timeout", "0"], "--connect-timeout must be between 1 and 600 seconds"),
+        (["--connect-timeout", "601"], "--connect-timeout must be between 1 and 600 seconds"),
+        (["--keepalive", "86401"], "--keepalive must be between 0 (off) and 86400 seconds"),
+        (["--retries", "11"], "--retries must be between 0 and 10"),
+        (["--url", "127.0.0.1:0", "--max-connections", "0"], "--max-connections must be at least 1"),
     ])
     func refusedCombinations(_ extra: [String], _ expected: String) throws {
         let result = try run(try TestPaths.binary("cf-access-tcp"),

@@ -1,0 +1,65 @@
+import AccessCore
+
+extension AccessTunnel.Options {
+    /// An option of ``AccessTunnel/Options`` that can be out of range.
+    public enum Field: String, Sendable, CaseIterable {
+        /// ``AccessTunnel/Options/connectTimeout``.
+        case connectTimeout
+        /// ``AccessTunnel/Options/keepaliveInterval``.
+        case keepaliveInterval
+        /// ``AccessTunnel/Options/halfCloseLinger``.
+        case halfCloseLinger
+        /// The retries of ``AccessTunnel/Options/retry`` (its `maxAttempts` less one).
+        case retries
+        /// ``ListenerLimits/maxConcurrentConnections`` of ``AccessTunnel/Options/limits``.
+        case maxConcurrentConnections
+    }
+
+    /// An option out of its range: which one, and the range in words.
+    public struct OutOfRange: Error, Sendable, Equatable, CustomStringConvertible {
+        /// The option.
+        public let field: Field
+        /// What it must be, e.g. "between 1 and 600 seconds".
+        public let allowed: String
+        /// The value given, as text.
+        public let given: String
+
+        /// "connectTimeout must be between 1 and 600 seconds (got 0)".
+        public var description: String { "\(field.rawValue) must be \(allowed) (got \(given))" }
+    }
+
+    /// Seconds allowed for ``connectTimeout``.
+    public static let connectTimeoutRange: ClosedRange<Double> = 1...600
+    /// Seconds allowed for ``keepaliveInterval`` (0 = off).
+    public static let keepaliveRange: ClosedRange<Int> = 0...86_400
+    /// Seconds allowed for ``halfCloseLinger`` (0 = close at once).
+    public static let halfCloseLingerRange: ClosedRange<Double> = 0...3600
+    /// Retries allowed (attempts less one).
+    public static let retriesRange: ClosedRange<Int> = 0...10
+
+    /// Checks every range; `connect` and `openStream` call it first, so nothing starts with an
+    /// option that makes no sense. Throws the first option out of range.
+    public func validate() throws(OutOfRange) {
+        guard Self.connectTimeoutRange.contains(connectTimeout), connectTimeout.isFinite else {
+            throw OutOfRange(field: .connectTimeout, allowed: "between 1 and 600 seconds", given: Self.shown(connectTimeout))
+        }
+        guard Self.keepaliveRange.contains(keepaliveInterval) else {
+            throw OutOfRange(field: .keepaliveInterval, allowed: "between 0 (off) and 86400 seconds",
+                             given: String(keepaliveInterval))
+        }
+        guard Self.halfCloseLingerRange.contains(halfCloseLinger) else {
+            throw OutOfRange(field: .halfCloseLinger, allowed: "between 0 (close at once) and 3600 seconds",
+                             given: Self.shown(halfCloseLinger))
+        }
+        guard Self.retriesRange.contains(retry.maxAttempts - 1) else {
+            throw OutOfRange(field: .retries, allowed: "between 0 and 10", given: String(retry.maxAttempts - 1))
+        }
+        if let maximum = limits.maxConcurrentConnections, maximum < 1 {
+            throw OutOfRange(field: .maxConcurrentConnections, allowed: "at least 1", given: String(maximum))
+        }
+    }
+
+    private static func shown(_ value: Double) -> String {
+        value.rounded() == value && value.isFinite && abs(value) < 1e15 ? String(Int(value)) : String(value)
+    }
+}
