@@ -18,3 +18,23 @@ public struct ConnectOverride: Sendable, Equatable {
         targetPort = target.port ?? origin.effectivePort
     }
 }
+
+/// The one lookup of "where does a dial to HOST:PORT go" for both overrides (issue 13.4): the
+/// tunnel's carrier and the login steps' HTTPS client both ask it.
+package enum AddressOverride {
+    /// The address and port a dial to `host`:`port` goes to: the first `--connect-to` for that
+    /// host and port, else the first `--resolve` pin (same port), else nil (resolve `host`).
+    /// Host names compare case-insensitively.
+    package static func route(host: String, port: Int, connectTo: [ConnectOverride] = [],
+                             resolve: [ResolveOverride]) -> (address: String, port: Int)? {
+        let key = host.asciiLowercased
+        if let override = connectTo.first(where: { $0.host == key && $0.port == port }) {
+            return (override.address, override.targetPort)
+        }
+        if let pinned = resolve.first(where: { $0.host == key && $0.port == port }) {
+            return (pinned.address, port)
+        }
+        return nil
+    }
+}
+

@@ -225,7 +225,7 @@ package final class CarrierLoop: @unchecked Sendable {
         let host = configuration.dialHost
         let port = configuration.dialPort
         let resolved: Result<String, TunnelFailure>
-        if let pinned = configuration.resolveOverrides.first(where: { $0.host == host.lowercased() && $0.port == port }) {
+        if let pinned = AddressOverride.route(host: host, port: port, resolve: configuration.resolveOverrides) {
             resolved = .success(pinned.address)
         } else if configuration.proxy != nil {
             // The proxy resolves the name (a proxied network may have no DNS of its own).

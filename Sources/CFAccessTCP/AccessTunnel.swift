@@ -71,7 +71,7 @@ public actor AccessTunnel {
     private let options: Options
     private let logger: Logger
     private let transport: any TunnelTransport
-    private let clock: any SessionClock
+    private let clock: any WallClock
     private let states: StateBroadcaster
     private var machine = SessionStateMachine()
 
@@ -96,7 +96,7 @@ public actor AccessTunnel {
     ///   - transport: the I/O (default: libwebsockets); tests pass scripted doubles.
     ///   - clock: waits for retries and the connect deadline (default: real time).
     public init(options: Options = Options(), logger: Logger = Logger(label: "cf-access-tcp"),
-                transport: (any TunnelTransport)? = nil, clock: any SessionClock = SystemSessionClock()) {
+                transport: (any TunnelTransport)? = nil, clock: any WallClock = SystemWallClock()) {
         self.options = options
         self.logger = logger
         self.transport = transport ?? LiveTunnelTransport(logger: logger)
@@ -228,7 +228,7 @@ public actor AccessTunnel {
                 let generation = self.generation
                 let clock = self.clock
                 work.append(Task {
-                    do { try await clock.sleep(seconds: seconds) } catch { return }
+                    guard await clock.sleep(seconds: seconds) else { return }
                     await self.feed(.retryDue, generation: generation)
                 })
             case .tearDown:
@@ -244,7 +244,7 @@ public actor AccessTunnel {
         let seconds = options.connectTimeout
         let host = origin?.host ?? "the edge"
         deadline = Task {
-            do { try await clock.sleep(seconds: seconds) } catch { return }
+            guard await clock.sleep(seconds: seconds) else { return }
             await self.feed(.deadlinePassed(.timedOut(host: host, seconds: Int(seconds.rounded(.up)))), generation: generation)
         }
     }

@@ -97,18 +97,3 @@ public protocol TunnelTransport: Sendable {
     func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel)
 }
 
-/// Waits; injectable so tests take no real time.
-public protocol SessionClock: Sendable {
-    /// Suspends for `seconds` (throws if the task is cancelled).
-    func sleep(seconds: Double) async throws
-}
-
-/// The real clock.
-public struct SystemSessionClock: SessionClock {
-    /// Creates the real clock.
-    public init() {}
-    /// Sleeps for real.
-    public func sleep(seconds: Double) async throws {
-        try await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
-    }
-}

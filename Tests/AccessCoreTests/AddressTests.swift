@@ -139,3 +139,22 @@ struct ConnectTargetTests {
         #expect(error?.message.contains("\n") == false)
     }
 }
+
+/// Issue 13.4: one lookup of where a dial goes, for the carrier and the HTTPS client.
+@Suite("address overrides")
+struct AddressOverrideTests {
+    static let origin = try! OriginURL.parse("ssh.example.com")
+
+    @Test("--connect-to wins over --resolve; both match host (any case) and port only")
+    func route() throws {
+        let connect = ConnectOverride(origin: Self.origin, target: try ConnectTarget.parse("127.0.0.1:8443"))
+        let pin = try ResolveOverride.parse("ssh.example.com:443:10.0.0.7")
+        #expect(AddressOverride.route(host: "SSH.example.com", port: 443, connectTo: [connect], resolve: [pin])! == ("127.0.0.1", 8443))
+        #expect(AddressOverride.route(host: "ssh.example.com", port: 443, resolve: [pin])! == ("10.0.0.7", 443))
+        #expect(AddressOverride.route(host: "ssh.example.com", port: 8443, connectTo: [connect], resolve: [pin]) == nil)
+        #expect(AddressOverride.route(host: "other.example.com", port: 443, connectTo: [connect], resolve: [pin]) == nil)
+        // A --connect-to without a port keeps the origin's.
+        let hostOnly = ConnectOverride(origin: Self.origin, target: try ConnectTarget.parse("::1"))
+        #expect(AddressOverride.route(host: "ssh.example.com", port: 443, connectTo: [hostOnly], resolve: [])! == ("::1", 443))
+    }
+}

@@ -8,27 +8,33 @@ import Testing
 // MARK: Scripted doubles
 
 /// A clock whose sleeps finish only when the test advances time.
-final class ManualClock: SessionClock, @unchecked Sendable {
-    private struct Sleeper { let until: Double; let continuation: CheckedContinuation<Void, Error> }
+final class ManualClock: WallClock, @unchecked Sendable {
+    private struct Sleeper { let until: Double; let continuation: CheckedContinuation<Bool, Never> }
     private let lock = NSLock()
-    private var now = 0.0
+    private var elapsed = 0.0
     private var sleepers: [UUID: Sleeper] = [:]
     private(set) var requested: [Double] = []
 
-    func sleep(seconds: Double) async throws {
+    func now() -> Date {
+        lock.lock()
+        defer { lock.unlock() }
+        return Date(timeIntervalSince1970: 1_700_000_000 + elapsed)
+    }
+
+    func sleep(seconds: Double) async -> Bool {
         let id = UUID()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
                 lock.lock()
                 requested.append(seconds)
-                sleepers[id] = Sleeper(until: now + seconds, continuation: c)
+                sleepers[id] = Sleeper(until: elapsed + seconds, continuation: c)
                 lock.unlock()
             }
         } onCancel: {
             lock.lock()
             let sleeper = sleepers.removeValue(forKey: id)
             lock.unlock()
-            sleeper?.continuation.resume(throwing: CancellationError())
+            sleeper?.continuation.resume(returning: false)
         }
     }
 
@@ -36,16 +42,16 @@ final class ManualClock: SessionClock, @unchecked Sendable {
     var pending: [Double] {
         lock.lock()
         defer { lock.unlock() }
-        return sleepers.values.map { $0.until - now }.sorted()
+        return sleepers.values.map { $0.until - elapsed }.sorted()
     }
 
     func advance(by seconds: Double) {
         lock.lock()
-        now += seconds
-        let due = sleepers.filter { $0.value.until <= now }
+        elapsed += seconds
+        let due = sleepers.filter { $0.value.until <= elapsed }
         due.keys.forEach { sleepers.removeValue(forKey: $0) }
         lock.unlock()
-        due.values.forEach { $0.continuation.resume() }
+        due.values.forEach { $0.continuation.resume(returning: true) }
     }
 }
 

@@ -155,14 +155,7 @@ package struct CurlHTTPClient: HTTPClient {
 
     /// Where a `--connect-to` or `--resolve` entry sends `host:port`, if one does.
     func overriddenAddress(host: String, port: Int) -> (String, Int)? {
-        let key = host.lowercased()
-        if let override = connectTo.first(where: { $0.host == key && $0.port == port }) {
-            return (override.address, override.targetPort)
-        }
-        if let pinned = resolve.first(where: { $0.host == key && $0.port == port }) {
-            return (pinned.address, port)
-        }
-        return nil
+        AddressOverride.route(host: host, port: port, connectTo: connectTo, resolve: resolve)
     }
 
     /// The failure for a libcurl error code.
