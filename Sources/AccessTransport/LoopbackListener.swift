@@ -6,8 +6,6 @@ import Glibc
 
 /// A TCP listening socket on a local address whose accepted connections are handed to a callback.
 package final class LoopbackListener: @unchecked Sendable {
-    /// The address actually bound, e.g. `127.0.0.1:40123`.
-    package let boundAddress: String
     /// The port actually bound (the real one when 0 was asked).
     package let port: Int
     private let fd: Int32
@@ -68,7 +66,6 @@ package final class LoopbackListener: @unchecked Sendable {
         }
         fd = s
         port = boundPort
-        boundAddress = HostText.withPort(address.host, boundPort)
     }
 
     deinit { close() }

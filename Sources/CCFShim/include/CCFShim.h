@@ -5,7 +5,6 @@
 #ifndef CCFSHIM_H
 #define CCFSHIM_H
 
-#include <libwebsockets.h>
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
@@ -13,9 +12,6 @@
 #include <sys/prctl.h>
 // Swift's Glibc module leaves out <sys/epoll.h>; the carrier's data path needs it (no forwarders).
 #include <sys/epoll.h>
-
-// LWS_PRE is an expression macro (padding libwebsockets needs before a payload).
-static inline size_t CCFShim_LWS_PRE(void) { return LWS_PRE; }
 
 // curl_easy_setopt / curl_easy_getinfo are variadic: one typed forwarder per argument kind.
 // libcurl is loaded with dlopen on first use (CurlLibrary.swift), not linked: each forwarder
@@ -34,9 +30,6 @@ static inline CURLcode CCFShim_curl_setopt_str(void *fn, CURL *h, CURLoption o, 
 static inline CURLcode CCFShim_curl_setopt_write(void *fn, CURL *h, CURLoption o,
     size_t (*cb)(char *, size_t, size_t, void *)) { return ((CCFShim_curl_setopt_fn)fn)(h, o, cb); }
 static inline CURLcode CCFShim_curl_getinfo_long(void *fn, CURL *h, CURLINFO i, long *v) {
-    return ((CCFShim_curl_getinfo_fn)fn)(h, i, v);
-}
-static inline CURLcode CCFShim_curl_getinfo_str(void *fn, CURL *h, CURLINFO i, char **v) {
     return ((CCFShim_curl_getinfo_fn)fn)(h, i, v);
 }
 
