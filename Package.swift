@@ -73,7 +73,7 @@ let package = Package(
         // The embedded SSH client (issue 10): libssh2 over a tunnel stream, known_hosts, the
         // Secret Service. A library of its own, so the tunnel library needs no libssh2.
         .target(name: "CFAccessSSH",
-                dependencies: ["CFAccessTCP", "AccessCore", "CCFSSH2",
+                dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
@@ -108,7 +108,7 @@ let package = Package(
                 path: "Tests/AccessTestSupport", swiftSettings: strictSwift),
         .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore", "AccessTestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "CFAccessTCPTests",
-                    dependencies: ["CFAccessTCP", "AccessCore", .product(name: "Logging", package: "swift-log")],
+                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "AuthTransportTests",
                     dependencies: ["AccessTransport", "AccessCore", "CFAccessTCP", "AccessTestSupport",

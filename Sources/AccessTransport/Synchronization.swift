@@ -12,7 +12,7 @@ package final class LockedBox<Value>: @unchecked Sendable {
     package init(_ value: Value) { self.value = value }
 
     /// Runs `body` with exclusive access to the value.
-    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    package func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)

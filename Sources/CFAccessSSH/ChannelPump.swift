@@ -1,3 +1,4 @@
+import AccessTransport
 import Foundation
 internal import CCFSSH2
 #if canImport(Glibc)
@@ -13,8 +14,7 @@ final class ChannelControl: @unchecked Sendable {
         case close
     }
 
-    private let lock = NSLock()
-    private var pending: [Command] = []
+    private let pending = LockedBox<[Command]>([])
     let readEnd: Int32
     private let writeEnd: Int32
 
@@ -38,9 +38,7 @@ final class ChannelControl: @unchecked Sendable {
 
     /// Queues `command` and wakes the pump.
     func post(_ command: Command) {
-        lock.lock()
-        pending.append(command)
-        lock.unlock()
+        pending.withLock { $0.append(command) }
         var byte: UInt8 = 1
         _ = write(writeEnd, &byte, 1)
     }
@@ -49,11 +47,10 @@ final class ChannelControl: @unchecked Sendable {
     func drain() -> [Command] {
         var scratch = [UInt8](repeating: 0, count: 64)
         while read(readEnd, &scratch, scratch.count) > 0 {}
-        lock.lock()
-        defer { lock.unlock() }
-        let taken = pending
-        pending = []
-        return taken
+        return pending.withLock { queue in
+            defer { queue = [] }
+            return queue
+        }
     }
 }
 
@@ -85,24 +82,20 @@ func descriptorSink(output: Int32, error: Int32) -> OutputSink {
 }
 
 /// Collects a command's output in memory.
-final class OutputCollector: @unchecked Sendable {
-    private let lock = NSLock()
-    private var output = Data()
-    private var error = Data()
+final class OutputCollector: Sendable {
+    private let collected = LockedBox((output: Data(), error: Data()))
 
     var sink: OutputSink {
-        { [self] stream, bytes in
-            lock.lock()
-            if stream == 0 { output.append(contentsOf: bytes) } else { error.append(contentsOf: bytes) }
-            lock.unlock()
+        { [collected] stream, bytes in
+            collected.withLock { c in
+                if stream == 0 { c.output.append(contentsOf: bytes) } else { c.error.append(contentsOf: bytes) }
+            }
             return true
         }
     }
 
     func result(end: SSHChannelEnd) -> SSHExecResult {
-        lock.lock()
-        defer { lock.unlock() }
-        return SSHExecResult(standardOutput: output, standardError: error, end: end)
+        collected.withLock { SSHExecResult(standardOutput: $0.output, standardError: $0.error, end: end) }
     }
 }
 

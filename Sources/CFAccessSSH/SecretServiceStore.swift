@@ -1,3 +1,4 @@
+import AccessTransport
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -43,7 +44,7 @@ public final class SecretServiceStore: @unchecked Sendable {
     private let passwordFree: PasswordFree
     /// libsecret's SecretSchema, laid out by hand (name, flags, 32 attributes, reserved).
     private let schema: UnsafeMutableRawPointer
-    private let lock = NSLock()
+    private let lock = LockedBox(())
 
     /// The schema name the passwords are stored under.
     public static let schemaName = "com.cf-access-tcp.ssh-password"
@@ -126,8 +127,13 @@ public final class SecretServiceStore: @unchecked Sendable {
         user: String, host: String, port: Int,
         _ body: (OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>) throws(Unavailable) -> T
     ) throws(Unavailable) -> T {
-        lock.lock()
-        defer { lock.unlock() }
+        try lock.withLock { _ throws(Unavailable) -> T in try withAttributesLocked(user: user, host: host, port: port, body) }
+    }
+
+    private func withAttributesLocked<T>(
+        user: String, host: String, port: Int,
+        _ body: (OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>) throws(Unavailable) -> T
+    ) throws(Unavailable) -> T {
         guard let table = hashTableNew(strHash, strEqual) else {
             throw Unavailable(reason: "GLib could not allocate a hash table")
         }

@@ -1,3 +1,4 @@
+import AccessTransport
 import CFAccessTCP
 import Foundation
 import Logging
@@ -71,23 +72,23 @@ extension LoggingSetup {
 }
 
 /// Serialises whole lines onto one descriptor.
-final class LineSink: @unchecked Sendable {
+final class LineSink: Sendable {
     private let fd: Int32
-    private let lock = NSLock()
+    private let lock = LockedBox(())
 
     init(fd: Int32) { self.fd = fd }
 
     func write(_ line: String) {
         var bytes = Array(line.utf8)
         bytes.append(0x0A)
-        lock.lock()
-        defer { lock.unlock() }
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            offset += n
+        lock.withLock { _ in
+            var offset = 0
+            while offset < bytes.count {
+                let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { return }
+                offset += n
+            }
         }
     }
 }
