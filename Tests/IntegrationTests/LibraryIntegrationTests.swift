@@ -129,7 +129,7 @@ struct LibraryIntegrationTests {
             if keepalive > 0 {
                 #expect(try echo(client, "after") == "after", "the idle tunnel was cut despite keepalive")
             } else {
-                #expect(client.waitForEOF(timeout: 10), "without keepalive the edge should have cut the idle tunnel")
+                #expect(try await offPool { client.waitForEOF(timeout: 10) }, "without keepalive the edge should have cut the idle tunnel")
             }
             await tunnel.disconnect()
         }
@@ -149,7 +149,7 @@ struct LibraryIntegrationTests {
         let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
         let client = try ClientSocket(port: Int(port))
         #expect(try echo(client, "hello") == "hello")
-        #expect(client.waitForEOF(timeout: 20), "the tunnel stayed open although no ping was answered")
+        #expect(try await offPool { client.waitForEOF(timeout: 20) }, "the tunnel stayed open although no ping was answered")
         #expect(store.lines.contains { $0.contains("did not answer keepalive pings for 3 s; closing the tunnel") })
         #expect(try edge.stats(host: testHost).pingsReceived >= 3)
         await tunnel.disconnect()
@@ -177,7 +177,7 @@ struct LibraryIntegrationTests {
         let first = try ClientSocket(port: Int(port))
         #expect(try echo(first, "one") == "one")
         let second = try ClientSocket(port: Int(port))
-        #expect(second.waitForEOF(timeout: 10), "the connection over the limit was not closed")
+        #expect(try await offPool { second.waitForEOF(timeout: 10) }, "the connection over the limit was not closed")
         #expect(try echo(first, "still") == "still")
         await tunnel.disconnect()
     }
@@ -192,7 +192,7 @@ struct LibraryIntegrationTests {
         #expect(try echo(client, "hi") == "hi")
         await tunnel.disconnect()
         #expect(tunnel.currentState == .disconnected)
-        #expect(client.waitForEOF(timeout: 5))
+        #expect(try await offPool { client.waitForEOF(timeout: 5) })
         let again = try ListenAddress.parse("127.0.0.1:\(port)", allowNonLoopback: false)
         let rebound = try LoopbackListener(address: again)   // throws if the port were still taken
         rebound.close()

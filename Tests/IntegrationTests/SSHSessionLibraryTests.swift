@@ -64,7 +64,7 @@ struct SSHSessionLibraryTests {
         await ssh.disconnect(description: "library test done")
         await tunnel.disconnect()
         let deadline = Date(timeIntervalSinceNow: 10)
-        while !sshd.logText.contains("library test done") && Date() < deadline { usleep(100_000) }
+        while !sshd.logText.contains("library test done") && Date() < deadline { try await Task.sleep(nanoseconds: 100_000_000) }
         #expect(sshd.logText.contains("library test done"), "sshd did not log the disconnect message")
     }
 
@@ -80,21 +80,22 @@ struct SSHSessionLibraryTests {
             let channel = try await ssh.openShell(terminal: SSHTerminal(term: "vt100", columns: 90, rows: 20))
             let output = LockedBox(Data())
             let running = Task { await channel.run { data in output.withLock { $0.append(data) } } }
-            func waitForOutput(_ text: String) throws {
+            // Sleeps with Task.sleep: a blocked thread of the cooperative pool could starve the tunnels.
+            func waitForOutput(_ text: String) async throws {
                 let deadline = Date(timeIntervalSinceNow: 30)
                 while !String(decoding: output.withLock { $0 }, as: UTF8.self).contains(text) {
                     guard Date() < deadline else {
                         throw FixtureError("no \"\(text)\" in: \(String(decoding: output.withLock { $0 }, as: UTF8.self))")
                     }
-                    usleep(50_000)
+                    try await Task.sleep(nanoseconds: 50_000_000)
                 }
             }
             channel.write(Data("stty size; echo \"t=$TERM\"\n".utf8))
-            try waitForOutput("20 90")
-            try waitForOutput("t=vt100")
+            try await waitForOutput("20 90")
+            try await waitForOutput("t=vt100")
             channel.resize(columns: 100, rows: 33)
             channel.write(Data("stty size\n".utf8))
-            try waitForOutput("33 100")
+            try await waitForOutput("33 100")
             channel.write(Data("exit 7\n".utf8))
             #expect(await running.value == .exited(7))
             await ssh.disconnect()

@@ -21,7 +21,9 @@ struct ConcurrentCarrierTests {
     func secondCarrierDuringHandshake() async throws {
         let gate = try makeTempDir("cfat-gate").appendingPathComponent("open")
         defer { try? FileManager.default.removeItem(at: gate.deletingLastPathComponent()) }
-        let edge = try HostileEdge(mode: "pong-echo", extra: ["--hold-handshake", gate.path])
+        // Blocking work (starting python, socket I/O) runs off Swift's cooperative pool, which
+        // the tunnels under test need (two threads on a 2-core machine).
+        let edge = try await offPool { try HostileEdge(mode: "pong-echo", extra: ["--hold-handshake", gate.path]) }
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
                                            caFile: try certs().caFile.path, connectTimeout: 60, retry: .never)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
@@ -31,10 +33,10 @@ struct ConcurrentCarrierTests {
 
         let firstStream = Task { try await first.openStream(hostname: testHost, method: .serviceToken(token)) }
         // The first client's ClientHello is at the edge: its SSL object exists, its handshake waits.
-        try edge.waitForEvent { $0 == "client-hello 0" }
+        try await edge.event { $0 == "client-hello 0" }
         // The second tunnel creates its own carrier (a new libwebsockets context) now.
         let secondStream = Task { try await second.openStream(hostname: testHost, method: .serviceToken(token)) }
-        try edge.waitForEvent { $0 == "client-hello 1" }
+        try await edge.event { $0 == "client-hello 1" }
         #expect(FileManager.default.createFile(atPath: gate.path, contents: Data()))
 
         for (name, task) in [("first", firstStream), ("second", secondStream)] {
@@ -47,15 +49,19 @@ struct ConcurrentCarrierTests {
             }
             // Bytes go both ways through the tunnel.
             let message = Array("through the \(name) tunnel\n".utf8)
-            #expect(write(stream.fileDescriptor, message, message.count) == message.count)
-            var back = [UInt8](repeating: 0, count: message.count)
-            var got = 0
-            while got < message.count {
-                let n = back.withUnsafeMutableBytes { read(stream.fileDescriptor, $0.baseAddress! + got, message.count - got) }
-                guard n > 0 else { break }
-                got += n
+            let fd = stream.fileDescriptor
+            let back = try await offPool { () -> [UInt8] in
+                guard write(fd, message, message.count) == message.count else { return [] }
+                var back = [UInt8](repeating: 0, count: message.count)
+                var got = 0
+                while got < message.count {
+                    let n = back.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, message.count - got) }
+                    guard n > 0 else { break }
+                    got += n
+                }
+                return Array(back[..<got])
             }
-            #expect(Array(back[..<got]) == message, "the \(name) tunnel echoed \(got) bytes")
+            #expect(back == message, "the \(name) tunnel echoed \(back.count) bytes")
             stream.close()
         }
         await first.disconnect()

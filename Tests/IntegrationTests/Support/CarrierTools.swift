@@ -63,9 +63,31 @@ final class HostileEdge: @unchecked Sendable {
                            + process.outputReport())
     }
 
+    /// `waitForEvent` for async tests: it sleeps with `Task.sleep`, so it never holds one of the
+    /// few threads of Swift's cooperative pool (two on a 2-core machine) that the tunnels under
+    /// test need.
+    @discardableResult
+    func event(timeout: TimeInterval = 30, _ predicate: (String) -> Bool) async throws -> String {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        while Date() < deadline {
+            if let line = events.first(where: predicate) { return line }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        throw FixtureError("the hostile edge saw no matching event within \(timeout) s: \(events)\n"
+                           + process.outputReport())
+    }
+
     /// `cf-access-tcp` arguments that reach this edge as `testHost` with the test CA.
     func clientArguments(extra: [String] = []) throws -> [String] {
         ["--hostname", testHost, "--connect-to", "127.0.0.1:\(port)", "--ca-file", try certs().caFile.path,
          "--service-token-id", testTokenID, "--service-token-secret", testTokenSecret] + extra
+    }
+}
+
+/// Runs blocking work (a fixture's start, socket I/O) on a thread of its own and awaits it, so an
+/// async test never holds one of the few threads of Swift's cooperative pool.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
     }
 }
