@@ -104,14 +104,16 @@ let package = Package(
 
         // MARK: Tests
         // Shared test doubles and python-made vectors.
-        .target(name: "AccessTestSupport", dependencies: [.product(name: "Logging", package: "swift-log")],
+        .target(name: "AccessTestSupport",
+                dependencies: ["AccessCore", "AccessTransport", "CFAccessTCP", .product(name: "Logging", package: "swift-log")],
                 path: "Tests/AccessTestSupport", swiftSettings: strictSwift),
         .testTarget(name: "AccessCoreTests", dependencies: ["AccessCore", "AccessTestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "CFAccessTCPTests",
-                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", .product(name: "Logging", package: "swift-log")],
+                    dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "AccessTestSupport",
+                                   .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
-        .testTarget(name: "AuthTransportTests",
-                    dependencies: ["AccessTransport", "AccessCore", "CFAccessTCP", "AccessTestSupport",
+        .testTarget(name: "AccessTransportTests",
+                    dependencies: ["AccessTransport", "AccessCore", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         // The emulator's frame reader, checked against the client's framing.

@@ -6,11 +6,11 @@ private let sodiumReady: Bool = sodium_init() >= 0
 
 /// An ephemeral libsodium box key pair. The secret key stays inside, is wiped on release
 /// and is never printed.
-final class SodiumBoxKey: EphemeralBoxKey, @unchecked Sendable, CustomStringConvertible {
-    let publicKey: [UInt8]
+package final class SodiumBoxKey: EphemeralBoxKey, @unchecked Sendable, CustomStringConvertible {
+    package let publicKey: [UInt8]
     fileprivate var secretKey: [UInt8]
 
-    init(publicKey: [UInt8], secretKey: [UInt8]) {
+    package init(publicKey: [UInt8], secretKey: [UInt8]) {
         self.publicKey = publicKey
         self.secretKey = secretKey
     }
@@ -19,7 +19,7 @@ final class SodiumBoxKey: EphemeralBoxKey, @unchecked Sendable, CustomStringConv
         secretKey.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) }
     }
 
-    var description: String { "SodiumBoxKey([redacted])" }
+    package var description: String { "SodiumBoxKey([redacted])" }
 }
 
 /// NaCl `crypto_box` with libsodium: a fresh key pair per login and `crypto_box_open_easy`

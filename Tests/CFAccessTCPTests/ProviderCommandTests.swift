@@ -222,37 +222,3 @@ struct ProviderCommandTests {
         #expect(clock.slept == 10, "polled every 2 s until the 10 s wait was over")
     }
 }
-
-/// A login lock another (fake) process always holds; `onAttempt` sees each attempt's number.
-final class HeldLock: LoginLock, @unchecked Sendable {
-    let pid: Int32
-    private let attempts = LockedBox(0)
-    private let hook = LockedBox<(@Sendable (Int) -> Void)?>(nil)
-    init(pid: Int32) { self.pid = pid }
-    var onAttempt: (@Sendable (Int) -> Void)? {
-        get { hook.withLock { $0 } }
-        set { hook.withLock { $0 = newValue } }
-    }
-
-    func tryAcquire(tokenFileName: String) throws(TunnelFailure) -> LoginLockAttempt {
-        let attempt = attempts.withLock { value -> Int in
-            value += 1
-            return value
-        }
-        onAttempt?(attempt)
-        return .held(pid: pid)
-    }
-}
-
-/// Records logins shown and waits for other processes.
-final class WaitRecordingPresenter: LoginPresenter, @unchecked Sendable {
-    struct Other: Equatable { let pid: Int32; let url: String? }
-    private let urls = LockedBox<[String]>([])
-    private let waits = LockedBox<[Other]>([])
-    var shown: [String] { urls.withLock { $0 } }
-    var others: [Other] { waits.withLock { $0 } }
-    func loginStarted(url: String, presentation: LoginPresentation) { urls.withLock { $0.append(url) } }
-    func waiting(elapsedSeconds: Int, presentation: LoginPresentation) {}
-    func waitingForOtherProcess(pid: Int32, url: String?) { waits.withLock { $0.append(Other(pid: pid, url: url)) } }
-    func loginEnded() {}
-}

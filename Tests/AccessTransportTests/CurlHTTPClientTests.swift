@@ -1,3 +1,4 @@
+import AccessTestSupport
 import AccessCore
 import AccessTransport
 import Foundation

@@ -1,4 +1,5 @@
 @testable import AccessTransport
+import AccessTestSupport
 import AccessCore
 import Foundation
 import Logging
