@@ -11,6 +11,8 @@ struct ByteQueue {
     /// Bytes waiting to be consumed.
     var count: Int { storage.count - head }
     var isEmpty: Bool { head == storage.count }
+    /// Bytes of storage held, consumed ones not yet reclaimed included (what the queue costs).
+    var retainedBytes: Int { storage.count }
 
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }

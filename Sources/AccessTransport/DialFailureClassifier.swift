@@ -84,8 +84,12 @@ enum DialFailureClassifier {
 
     /// libwebsockets log lines start with a timestamp and level tag; keep the text after them.
     private static func trimLogPrefix(_ line: String) -> String {
-        if let range = line.range(of: "]: ") { return String(line[range.upperBound...]) }
-        if let range = line.range(of: "] ") { return String(line[range.upperBound...]) }
-        return line
+        var text = Substring(line)
+        if let range = text.range(of: "]: ") ?? text.range(of: "] ") { text = text[range.upperBound...] }
+        // The level tag of libwebsockets 4.1 ("E: ", "W: ", "N: ").
+        if text.count > 3, let tag = text.first, tag.isUppercase, text.dropFirst().hasPrefix(": ") {
+            text = text.dropFirst(3)
+        }
+        return String(text)
     }
 }
