@@ -1,3 +1,4 @@
+import AccessTestSupport
 import AccessCore
 import CFAccessTCP
 import Testing
