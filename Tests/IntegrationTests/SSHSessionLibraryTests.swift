@@ -63,7 +63,7 @@ struct SSHSessionLibraryTests {
 
         await ssh.disconnect(description: "library test done")
         await tunnel.disconnect()
-        let deadline = Date(timeIntervalSinceNow: 10)
+        let deadline = Date(timeIntervalSinceNow: 60)
         while !sshd.logText.contains("library test done") && Date() < deadline { try await Task.sleep(nanoseconds: 100_000_000) }
         #expect(sshd.logText.contains("library test done"), "sshd did not log the disconnect message")
     }
@@ -82,7 +82,7 @@ struct SSHSessionLibraryTests {
             let running = Task { await channel.run { data in output.withLock { $0.append(data) } } }
             // Sleeps with Task.sleep: a blocked thread of the cooperative pool could starve the tunnels.
             func waitForOutput(_ text: String) async throws {
-                let deadline = Date(timeIntervalSinceNow: 30)
+                let deadline = Date(timeIntervalSinceNow: 120)
                 while !String(decoding: output.withLock { $0 }, as: UTF8.self).contains(text) {
                     guard Date() < deadline else {
                         throw FixtureError("no \"\(text)\" in: \(String(decoding: output.withLock { $0 }, as: UTF8.self))")

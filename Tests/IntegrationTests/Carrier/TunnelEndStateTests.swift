@@ -43,7 +43,9 @@ private final class StateLog: @unchecked Sendable {
     }
 
     /// Waits (bounded) until a seen state satisfies `predicate`.
-    func wait(timeout: TimeInterval = 30, _ predicate: (ConnectionState) -> Bool) async throws {
+    /// Bounded generously: swift-testing runs synchronous tests on the same two pool threads, and
+    /// two of them blocking at once can hold this subscriber's task back for tens of seconds.
+    func wait(timeout: TimeInterval = 120, _ predicate: (ConnectionState) -> Bool) async throws {
         let deadline = Date(timeIntervalSinceNow: timeout)
         while Date() < deadline {
             if states.contains(where: predicate) { return }

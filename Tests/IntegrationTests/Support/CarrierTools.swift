@@ -67,7 +67,7 @@ final class HostileEdge: @unchecked Sendable {
     /// few threads of Swift's cooperative pool (two on a 2-core machine) that the tunnels under
     /// test need.
     @discardableResult
-    func event(timeout: TimeInterval = 30, _ predicate: (String) -> Bool) async throws -> String {
+    func event(timeout: TimeInterval = 120, _ predicate: (String) -> Bool) async throws -> String {
         let deadline = Date(timeIntervalSinceNow: timeout)
         while Date() < deadline {
             if let line = events.first(where: predicate) { return line }
