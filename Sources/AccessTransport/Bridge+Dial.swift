@@ -146,30 +146,20 @@ extension Bridge {
             let n = lws_hdr_copy(wsi, &buffer, Int32(buffer.count), WSI_TOKEN_HTTP_LOCATION)
             if n > 0 { location = String(nulTerminated: buffer) }
         }
-        if tlsReason == nil, let session = lws_get_ssl(wsi) {
-            tlsReason = TLSSessionCache.verifyFailure(session)
-        }
-        let config = loop.configuration
+        var notHTTPStart: String?
         if let session = lws_get_ssl(wsi) {
+            if tlsReason == nil { tlsReason = TLSSessionCache.verifyFailure(session) }
             var first = [CChar](repeating: 0, count: 8)   // CCFShim_not_http_answer keeps up to 7
             if CCFShim_not_http_answer(session, &first, Int32(first.count)) > 0 {
-                // The read stopped at the first byte that cannot start "HTTP/" (12.6).
-                let seen = String(decoding: first.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                let shown = seen.unicodeScalars.map { $0.properties.isWhitespace || $0.value < 0x20 || $0.value > 0x7e
-                    ? "·" : String($0) }.joined()
-                webSocket = nil
-                edge.finish()
-                fail(.protocolViolation("\(config.request.origin.host) answered the WebSocket upgrade with \"\(shown)…\", "
-                    + "which is not HTTP (an SSH server or another service where the edge should be?)"))
-                finishIfDone()
-                return
+                notHTTPStart = String(decoding: first.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             }
         }
+        let config = loop.configuration
         let failure = DialFailureClassifier.classify(
             host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
             credential: handshake.credential, status: status, location: location, message: message,
             tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds,
-            proxy: config.proxy?.description)
+            proxy: config.proxy?.description, notHTTPStart: notHTTPStart)
         webSocket = nil
         edge.finish()
         fail(failure)

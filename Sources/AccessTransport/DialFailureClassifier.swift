@@ -7,7 +7,16 @@ import AccessCore
 enum DialFailureClassifier {
     static func classify(host: String, address: String, credential: CredentialKind, status: Int,
                          location: String?, message: String, tlsReason: String?, recentLog: [String],
-                         timeoutSeconds: Int, proxy: String? = nil) -> TunnelFailure {
+                         timeoutSeconds: Int, proxy: String? = nil, notHTTPStart: String? = nil) -> TunnelFailure {
+        if let notHTTPStart {
+            // The clamped read of the answer stopped at the first byte that cannot start "HTTP/"
+            // (ssl_read_clamp.c, issue 12.6); these are the bytes it kept.
+            let shown = notHTTPStart.unicodeScalars.map {
+                $0.properties.isWhitespace || $0.value < 0x20 || $0.value > 0x7e ? "·" : String($0)
+            }.joined()
+            return .protocolViolation("\(host) answered the WebSocket upgrade with \"\(shown)…\", "
+                + "which is not HTTP (an SSH server or another service where the edge should be?)")
+        }
         if status >= 200 && status != 101 {
             let refusal = UpgradeRefusal.classify(status: status, location: location)
             if case .accessLoginRequired(let loginURL) = refusal {

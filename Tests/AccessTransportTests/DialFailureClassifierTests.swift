@@ -11,10 +11,19 @@ struct DialFailureClassifierTests {
 
     private func classify(status: Int = 0, location: String? = nil, message: String = "", tlsReason: String? = nil,
                           recentLog: [String] = [], proxy: String? = nil,
-                          credential: CredentialKind = .serviceToken) -> TunnelFailure {
+                          credential: CredentialKind = .serviceToken, notHTTPStart: String? = nil) -> TunnelFailure {
         DialFailureClassifier.classify(host: Self.host, address: Self.address, credential: credential, status: status,
                                        location: location, message: message, tlsReason: tlsReason,
-                                       recentLog: recentLog, timeoutSeconds: 15, proxy: proxy)
+                                       recentLog: recentLog, timeoutSeconds: 15, proxy: proxy, notHTTPStart: notHTTPStart)
+    }
+
+    @Test("an answer whose first bytes cannot start HTTP/ is named with them, whatever libwebsockets said")
+    func notHTTP() {
+        let failure = classify(message: "read failed", notHTTPStart: "SSH-2.0")
+        #expect(failure.kind == .protocolViolation)
+        #expect(failure.message.contains("answered the WebSocket upgrade with \"SSH-2.0…\", which is not HTTP"), "\(failure.message)")
+        // Control characters and spaces are shown as a dot, so the line stays one line.
+        #expect(classify(notHTTPStart: "a b\r\n\u{1}").message.contains("\"a·b···…\""))
     }
 
     @Test("an HTTP answer other than 101 is a refusal: a login redirect names the credential offered")
