@@ -22,13 +22,12 @@ package final class LockedBox<Value>: @unchecked Sendable {
 /// A value set once and awaited by any number of tasks: a tunnel's end, a dial's outcome, "the
 /// output is finished". Later `fulfil` calls are ignored.
 package final class OneShot<Value: Sendable>: @unchecked Sendable {
-    private struct State {
-        var result: Value?
-        var isSet = false
-        var waiters: [CheckedContinuation<Value, Never>] = []
+    private enum State {
+        case waiting([CheckedContinuation<Value, Never>])
+        case set(Value)
     }
 
-    private let state = LockedBox(State())
+    private let state = LockedBox(State.waiting([]))
 
     /// An unset signal.
     package init() {}
@@ -37,11 +36,9 @@ package final class OneShot<Value: Sendable>: @unchecked Sendable {
     @discardableResult
     package func fulfil(_ value: Value) -> Bool {
         let pending: [CheckedContinuation<Value, Never>]? = state.withLock { s in
-            guard !s.isSet else { return nil }
-            s.isSet = true
-            s.result = value
-            defer { s.waiters = [] }
-            return s.waiters
+            guard case .waiting(let waiters) = s else { return nil }
+            s = .set(value)
+            return waiters
         }
         guard let pending else { return false }
         pending.forEach { $0.resume(returning: value) }
@@ -49,19 +46,27 @@ package final class OneShot<Value: Sendable>: @unchecked Sendable {
     }
 
     /// The value, if set.
-    package var current: Value? { state.withLock { $0.isSet ? $0.result : nil } }
+    package var current: Value? {
+        state.withLock { s in
+            if case .set(let value) = s { return value }
+            return nil
+        }
+    }
 
     /// The value, once set.
     package var value: Value {
         get async {
             await withCheckedContinuation { continuation in
-                // `Optional<Value>.some` even when Value is itself optional and set to nil.
-                let ready: Value?? = state.withLock { s in
-                    if s.isSet { return .some(s.result) }
-                    s.waiters.append(continuation)
-                    return .none
+                let ready: Value? = state.withLock { s in
+                    switch s {
+                    case .set(let value):
+                        return value
+                    case .waiting(let waiters):
+                        s = .waiting(waiters + [continuation])
+                        return nil
+                    }
                 }
-                if case .some(.some(let value)) = ready { continuation.resume(returning: value) }
+                if let ready { continuation.resume(returning: ready) }
             }
         }
     }
