@@ -33,6 +33,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-system.git", from: "1.4.0"),
     ],
     targets: [
         // MARK: C libraries from Debian packages
@@ -72,15 +73,19 @@ let package = Package(
                 swiftSettings: strictSwift),
         // The embedded SSH client (issue 10): libssh2 over a tunnel stream, known_hosts, the
         // Secret Service. A library of its own, so the tunnel library needs no libssh2.
+        // SSH policy lives here too, as delegates with ready implementations (known_hosts,
+        // OpenSSH's authentication order, reconnect): the tool only adds flags and prompts.
         .target(name: "CFAccessSSH",
                 dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2",
-                               .product(name: "Logging", package: "swift-log")],
+                               .product(name: "Logging", package: "swift-log"),
+                               .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
         // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
         .executableTarget(name: "CFAccessTCPTool",
                           dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                                         .product(name: "Logging", package: "swift-log")],
+                                         .product(name: "Logging", package: "swift-log"),
+                                         .product(name: "SystemPackage", package: "swift-system")],
                           swiftSettings: strictSwift,
                           linkerSettings: staticSwiftRuntime),
         // A runnable example of the library API.
@@ -124,7 +129,8 @@ let package = Package(
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
                     dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "CCFSSH2", "AccessTestSupport",
-                                   .product(name: "Logging", package: "swift-log")],
+                                   .product(name: "Logging", package: "swift-log"),
+                                   .product(name: "SystemPackage", package: "swift-system")],
                     swiftSettings: strictSwift),
     ]
 )

@@ -4,8 +4,9 @@
 //   TUNNEL_SERVICE_TOKEN_ID=… TUNNEL_SERVICE_TOKEN_SECRET=… \
 //   cf-access-ssh-example ssh.example.com USER KEYFILE KNOWN_HOSTS [--connect-to HOST:PORT] [--ca-file CA] -- COMMAND
 //
-// The host key must already be in KNOWN_HOSTS under the hostname; the command's output is
-// printed and its exit status becomes the example's.
+// The host key must already be in KNOWN_HOSTS under the hostname (strict checking, by the
+// library's known_hosts policy); the command's output is printed and its exit status becomes the
+// example's. Any failure is one line on stderr and status 255, as ssh does.
 import CFAccessSSH
 import CFAccessTCP
 import Foundation
@@ -42,23 +43,20 @@ let tunnel = AccessTunnel(options: options)
 do {
     // 1. The tunnel as a connected socket: no listening port.
     let stream = try await tunnel.openStream(hostname: hostname, method: .serviceToken(token))
-    // 2. SSH over it: handshake, then check the host key before sending any credential.
-    let ssh = try SSHSession(stream: stream)
-    let hostKey = try await ssh.handshake()
-    let knownHosts = KnownHosts(path: knownHostsFile)
-    guard case .match = try knownHosts.check(host: hostname, port: 22, key: hostKey) else {
-        fail("the host key \(hostKey.fingerprint) of \(hostname) is not in \(knownHostsFile)", 77)
-    }
-    // 3. Authenticate and run the command.
-    try await ssh.authenticate(user: user, privateKeyFile: keyFile)
+    // 2. SSH over it. The host-key delegate is required: here the library's known_hosts policy,
+    //    strict (an unknown key is refused, as with StrictHostKeyChecking=yes).
+    let verifier = KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: knownHostsFile),
+                                                           host: hostname, checking: .strict))
+    let ssh = try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: verifier))
+    try await ssh.handshake()                   // the key was checked before any credential goes out
+    // 3. Authenticate with the key (one offer; SSHOrderedAuthentication would try them all) and run.
+    try await ssh.authenticate(user: user, offer: .privateKey(path: keyFile))
     let result = try await ssh.exec(command)
     FileHandle.standardOutput.write(result.standardOutput)
     FileHandle.standardError.write(result.standardError)
     await ssh.disconnect()
     await tunnel.disconnect()
     exit(result.exitStatus ?? 255)
-} catch let failure as SSHFailure {
-    fail(failure.message, failure.exitStatus.rawValue)
-} catch let failure as TunnelFailure {
-    fail(failure.message, ExitStatus(failure: failure.category).rawValue)
+} catch {
+    fail("\(error)", 255)                        // SSHFailure and TunnelFailure print their plain message
 }

@@ -1,5 +1,6 @@
 import AccessTransport
 import Foundation
+import SystemPackage
 internal import CCFSSH2
 #if canImport(Glibc)
 import Glibc
@@ -102,7 +103,7 @@ final class OutputCollector: Sendable {
 extension SSHSession {
     /// Runs a started channel until it ends: its output to `sink`, `input` (read when it is
     /// readable) and posted writes to the channel, resizes and EOF from `control`, keepalives
-    /// every `options.keepaliveInterval`. Frees the channel. Runs on the session's thread.
+    /// as `configuration.keepalive` says. Frees the channel. Runs on the session's thread.
     func pump(channel: OpaquePointer, input: Int32?, sink: OutputSink, control: ChannelControl) -> SSHChannelEnd {
         defer { _ = libssh2_channel_free(channel) }
         box.lastInbound = Date()
@@ -191,15 +192,13 @@ extension SSHSession {
                 return finish(channel)
             }
             var nextKeepalive: Int32 = 0
-            if options.keepaliveInterval > 0 {
+            if configuration.keepalive.isEnabled {
                 let rc = libssh2_keepalive_send(raw, &nextKeepalive)
                 if rc < 0 && rc != LIBSSH2_ERROR_EAGAIN { return .lost(failure(rc, "sending a keepalive")) }
-                // Keepalives ask for a reply: three intervals without a byte from the server
-                // means the connection is dead even if no socket error says so.
-                // (libssh2 turns an interval of 1 s into 2 s.)
-                let period = max(2, options.keepaliveInterval)
+                // Keepalives ask for a reply: too long without a byte from the server means the
+                // connection is dead even if no socket error says so.
                 let silent = Date().timeIntervalSince(box.lastInbound)
-                if silent > Double(3 * period) + 1 {
+                if configuration.keepalive.isConnectionLost(silence: .milliseconds(Int64(silent * 1000))) {
                     return .lost(SSHFailure(.connectionLost,
                                             "Connection lost: no answer to keepalives for \(Int(silent)) s"))
                 }
@@ -284,10 +283,12 @@ public final class SSHInteractiveChannel: Sendable {
     }
 
     /// Runs the channel until it ends: `input` (a descriptor, e.g. a raw-mode terminal, or
-    /// nil for ``write(_:)`` only) goes to the remote, its output to `output`.
-    public func run(input: Int32?, output: Int32) async -> SSHChannelEnd {
+    /// nil for ``write(_:)`` only) goes to the remote, its output to `output`. The escape hatch
+    /// for a terminal; the caller keeps owning both descriptors.
+    public func run(input: FileDescriptor?, output: FileDescriptor) async -> SSHChannelEnd {
         let channel = self.channel
         let control = self.control
+        let (input, output) = (input?.rawValue, output.rawValue)
         do {
             return try await session.onThread { session in
                 session.pump(channel: channel.raw, input: input, sink: descriptorSink(output: output, error: output),

@@ -1,5 +1,3 @@
-import AccessCore
-
 /// Why an SSH operation failed: a kind to act on and a plain one-line message for people.
 public struct SSHFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// What kind of failure this is.
@@ -34,18 +32,6 @@ public struct SSHFailure: Error, Sendable, Equatable, CustomStringConvertible {
         self.code = code
     }
 
+    /// The message.
     public var description: String { message }
-
-    /// The process exit status `cf-access-tcp shell` ends with for this failure (README, "Exit
-    /// status").
-    public var exitStatus: ExitStatus {
-        switch kind {
-        case .timedOut: return .unavailable
-        case .connectionLost: return .connectionLost
-        case .authenticationFailed, .hostKeyRejected: return .accessDenied
-        case .protocolError: return .protocolError
-        case .localIO: return .localIO
-        case .configuration: return .usage
-        }
-    }
 }

@@ -1,6 +1,8 @@
 import AccessCore
+import AccessTransport
 import CFAccessTCP
 import Foundation
+import SystemPackage
 internal import CCFSSH2
 #if canImport(Glibc)
 import Glibc
@@ -10,63 +12,59 @@ import Glibc
 private let libssh2Initialised: Int32 = libssh2_init(0)
 
 /// An SSH client session (libssh2) over a connected socket, typically a tunnel from
-/// ``AccessTunnel/openStream(hostname:method:)``: handshake, host key, authentication, commands
-/// and interactive shells. No TCP port is involved.
+/// ``AccessTunnel/openStream(hostname:method:)``: handshake with the host-key check, authentication,
+/// commands and interactive shells. No TCP port is involved.
 ///
 /// ```swift
 /// let stream = try await tunnel.openStream(hostname: "ssh.example.com", method: method)
-/// let ssh = try SSHSession(stream: stream)
-/// let hostKey = try await ssh.handshake()            // check hostKey.fingerprint against known_hosts
-/// try await ssh.authenticate(user: "me", privateKeyFile: "/home/me/.ssh/id_ed25519")
+/// let verifier = KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: knownHostsPath),
+///                                                        host: "ssh.example.com", checking: .strict))
+/// let ssh = try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: verifier))
+/// try await ssh.handshake()                        // the delegate accepted the host key
+/// try await ssh.authenticate(user: "me", offer: .privateKey(path: "/home/me/.ssh/id_ed25519"))
 /// let result = try await ssh.exec("uname -a")
 /// print(String(decoding: result.standardOutput, as: UTF8.self), result.exitStatus ?? -1)
 /// await ssh.disconnect()
 /// ```
 ///
+/// The policy lives in delegates: the host key is checked by the configuration's
+/// ``SSHHostKeyDelegate`` (``KnownHostsVerifier``: OpenSSH's known_hosts rules), the way to log in
+/// is picked by an ``SSHUserAuthenticationDelegate`` (``SSHOrderedAuthentication``: OpenSSH's
+/// order) — or one ``SSHAuthenticationOffer`` is tried directly.
+///
 /// libssh2 runs non-blocking on one thread of the session's own: every method hops to it, so
 /// the session may be used from any task; calls run one after another in order. A blocked
 /// call waits in `poll(2)` in the directions libssh2 asks for
-/// (`libssh2_session_block_directions`), bounded by ``Options/timeout`` while connecting and
+/// (`libssh2_session_block_directions`), bounded by ``Configuration/timeout`` while connecting and
 /// authenticating.
 public final class SSHSession: @unchecked Sendable {
-    /// Session settings.
-    public struct Options: Sendable {
-        /// Seconds the handshake and each authentication or channel request may take.
-        public var timeout: Double
-        /// Seconds between SSH keepalive requests while a channel runs (0 = none).
-        public var keepaliveInterval: Int
-
-        /// 15 s timeout, keepalive every 30 s.
-        public init(timeout: Double = 15, keepaliveInterval: Int = 30) {
-            self.timeout = timeout
-            self.keepaliveInterval = keepaliveInterval
-        }
-    }
-
     let fd: Int32
     let raw: OpaquePointer
-    let options: Options
+    let configuration: Configuration
     private let thread: SessionThread
     private let stream: TunnelStream?
     let box = SessionBox()
     private var freed = false
     private var handshakeDone = false
-    /// The server's host key, once ``handshake()`` returned.
-    public private(set) var hostKey: SSHHostKey?
+    private let validatedKey = LockedBox<SSHHostKey?>(nil)
 
-    /// Creates a session on `fileDescriptor`, a connected stream socket (libssh2 calls
-    /// send/recv on it) the caller keeps owning. The descriptor is made non-blocking.
-    public convenience init(fileDescriptor: Int32, options: Options = Options()) throws(SSHFailure) {
-        try self.init(fileDescriptor: fileDescriptor, options: options, owning: nil)
-    }
+    /// The server's host key, once ``handshake()`` returned (the delegate accepted it).
+    public var hostKey: SSHHostKey? { validatedKey.withLock { $0 } }
 
     /// Creates a session on a tunnel stream; the session owns the stream and closes it in
     /// ``disconnect(description:)``.
-    public convenience init(stream: TunnelStream, options: Options = Options()) throws(SSHFailure) {
-        try self.init(fileDescriptor: stream.fileDescriptor, options: options, owning: stream)
+    public convenience init(stream: TunnelStream, configuration: Configuration) throws(SSHFailure) {
+        try self.init(descriptor: stream.fileDescriptor, configuration: configuration, owning: stream)
     }
 
-    private init(fileDescriptor: Int32, options: Options, owning stream: TunnelStream?) throws(SSHFailure) {
+    /// Creates a session on `fileDescriptor`, a connected stream socket (libssh2 calls send/recv
+    /// on it) that the caller keeps owning: the escape hatch for a socket that is not a tunnel
+    /// stream. The descriptor is made non-blocking.
+    public convenience init(fileDescriptor: FileDescriptor, configuration: Configuration) throws(SSHFailure) {
+        try self.init(descriptor: fileDescriptor.rawValue, configuration: configuration, owning: nil)
+    }
+
+    private init(descriptor fileDescriptor: Int32, configuration: Configuration, owning stream: TunnelStream?) throws(SSHFailure) {
         guard libssh2Initialised == 0 else {
             throw SSHFailure(.protocolError, "libssh2 could not be initialised (libssh2_init returned \(libssh2Initialised))")
         }
@@ -78,7 +76,7 @@ public final class SSHSession: @unchecked Sendable {
         libssh2_session_set_blocking(session, 0)
         self.fd = fileDescriptor
         self.raw = session
-        self.options = options
+        self.configuration = configuration
         self.stream = stream
         self.thread = SessionThread(name: "ssh session \(fileDescriptor)")
         libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(box).toOpaque()
@@ -121,8 +119,8 @@ public final class SSHSession: @unchecked Sendable {
         return try result.get()
     }
 
-    /// A deadline `options.timeout` from now.
-    func deadline() -> Date { Date(timeIntervalSinceNow: options.timeout) }
+    /// A deadline `configuration.timeout` from now.
+    func deadline() -> Date { Date(timeIntervalSinceNow: configuration.timeout.seconds) }
 
     /// Waits (poll) until the socket is ready in the directions libssh2 is blocked on, or the
     /// deadline passes (throws `.timedOut`).
@@ -151,7 +149,7 @@ public final class SSHSession: @unchecked Sendable {
     }
 
     private func timedOut(_ what: String) -> SSHFailure {
-        let seconds = Int(options.timeout.rounded(.up))
+        let seconds = Int(configuration.timeout.seconds.rounded(.up))
         return SSHFailure(.timedOut, "Connection timed out. The SSH server did not answer (\(what)) within \(seconds) s")
     }
 
@@ -203,10 +201,16 @@ public final class SSHSession: @unchecked Sendable {
 
     // MARK: Handshake
 
-    /// Runs the SSH handshake and returns the server's host key. Check it (see ``KnownHosts``)
-    /// before sending any credential.
+    /// Runs the SSH handshake, then has the configuration's ``SSHHostKeyDelegate`` check the
+    /// server's host key; returns the key once the delegate accepted it. Throws the delegate's
+    /// failure (``SSHFailure/Kind/hostKeyRejected``) otherwise: no credential is ever sent to a
+    /// server whose key was not accepted.
+    @discardableResult
     public func handshake() async throws(SSHFailure) -> SSHHostKey {
-        try await onThread { session throws(SSHFailure) in try session.handshakeOnThread() }
+        let key = try await onThread { session throws(SSHFailure) in try session.handshakeOnThread() }
+        try await configuration.hostKeyDelegate.validateHostKey(key)
+        validatedKey.withLock { $0 = key }
+        return key
     }
 
     private func handshakeOnThread() throws(SSHFailure) -> SSHHostKey {
@@ -223,19 +227,26 @@ public final class SSHSession: @unchecked Sendable {
         let bytes = [UInt8](UnsafeRawBufferPointer(start: blob, count: length))
         let digest = [UInt8](UnsafeRawBufferPointer(start: hash, count: 32))
         let key = SSHHostKey(blob: bytes, sha256: digest)
-        hostKey = key
-        if options.keepaliveInterval > 0 {
-            libssh2_keepalive_config(raw, 1, UInt32(options.keepaliveInterval))
+        if configuration.keepalive.isEnabled {
+            libssh2_keepalive_config(raw, 1, configuration.keepalive.librarySeconds)
         }
         return key
     }
 
+    /// Throws unless ``handshake()`` ran and its delegate accepted the key.
+    private func requireAcceptedHostKey() throws(SSHFailure) {
+        guard hostKey != nil else {
+            throw SSHFailure(.configuration, "the SSH handshake has not run (or its host key was refused): call handshake() first")
+        }
+    }
+
     // MARK: Authentication
 
-    /// The authentication methods the server offers `user` (e.g. `publickey`, `password`,
-    /// `keyboard-interactive`). Empty if the server let `user` in without any ("none").
-    public func authenticationMethods(user: String) async throws(SSHFailure) -> [String] {
-        try await onThread { session throws(SSHFailure) in
+    /// The authentication methods the server accepts for `user`; empty when it let `user` in
+    /// without any (the `none` method), see ``isAuthenticated``.
+    public func authenticationMethods(user: String) async throws(SSHFailure) -> SSHAuthenticationMethods {
+        try requireAcceptedHostKey()
+        return try await onThread { session throws(SSHFailure) in
             let deadline = session.deadline()
             let list = try session.retryPointer("listing authentication methods", until: deadline) {
                 libssh2_userauth_list(session.raw, user, UInt32(user.utf8.count))
@@ -244,7 +255,7 @@ public final class SSHSession: @unchecked Sendable {
                 if libssh2_userauth_authenticated(session.raw) == 1 { return [] }
                 throw session.failure(libssh2_session_last_errno(session.raw), "listing authentication methods")
             }
-            return String(cString: list).split(separator: ",").map(String.init)
+            return SSHAuthenticationMethods(names: String(cString: list).split(separator: ","))
         }
     }
 
@@ -255,35 +266,58 @@ public final class SSHSession: @unchecked Sendable {
         }
     }
 
-    /// Password authentication. Throws `.authenticationFailed` for a wrong password.
-    public func authenticate(user: String, password: String) async throws(SSHFailure) {
-        try await onThread { session throws(SSHFailure) in
-            let rc = try session.retry("authenticating", until: session.deadline()) {
-                libssh2_userauth_password_ex(session.raw, user, UInt32(user.utf8.count),
-                                             password, UInt32(password.utf8.count), nil)
-            }
-            guard rc == 0 else { throw session.failure(rc, "authenticating with a password") }
+    /// Logs `user` in with the offers `delegate` picks from the methods the server accepts, until
+    /// one is accepted (see ``SSHUserAuthenticationDelegate``). Returns the offer that worked, or
+    /// nil if the server needed none. Throws the delegate's failure, ``SSHFailure/Kind/authenticationFailed``
+    /// when it gives up, or a transport failure.
+    @discardableResult
+    public func authenticate(user: String, delegate: any SSHUserAuthenticationDelegate) async throws(SSHFailure) -> SSHAuthenticationOffer? {
+        let methods = try await authenticationMethods(user: user)
+        if methods.isEmpty, await isAuthenticated { return nil }
+        return try await AuthenticationLoop.run(availableMethods: methods, delegate: delegate) { offer throws(SSHFailure) in
+            try await authenticate(user: user, offer: offer, answering: { round in await delegate.respond(to: round) })
         }
     }
 
-    /// Public key authentication with a private key file (OpenSSH or PEM format; the public
-    /// key is derived from it). `passphrase` for an encrypted key. Throws `.authenticationFailed`
-    /// if the server refuses the key, `.localIO` if the file cannot be read or decrypted.
-    public func authenticate(user: String, privateKeyFile: String, passphrase: String? = nil) async throws(SSHFailure) {
-        try await onThread { session throws(SSHFailure) in
-            let rc = try session.retry("authenticating", until: session.deadline()) {
-                libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), nil,
-                                                       privateKeyFile, passphrase)
+    /// Tries one `offer` for `user`. `answering` answers the rounds of a keyboard-interactive
+    /// offer (nil: no answers). Throws ``SSHFailure/Kind/authenticationFailed`` if the server
+    /// refuses it, ``SSHFailure/Kind/localIO`` if a key file cannot be read or decrypted,
+    /// ``SSHFailure/Kind/configuration`` without a reachable ssh-agent.
+    public func authenticate(user: String, offer: SSHAuthenticationOffer,
+                             answering: (@Sendable (SSHKeyboardPrompt) async -> [String]?)? = nil) async throws(SSHFailure) {
+        try requireAcceptedHostKey()
+        switch offer {
+        case .password(let password):
+            try await onThread { session throws(SSHFailure) in
+                let rc = try session.retry("authenticating", until: session.deadline()) {
+                    libssh2_userauth_password_ex(session.raw, user, UInt32(user.utf8.count),
+                                                 password, UInt32(password.utf8.count), nil)
+                }
+                guard rc == 0 else { throw session.failure(rc, "authenticating with a password") }
             }
-            guard rc == 0 else { throw session.failure(rc, "using the key \(privateKeyFile)") }
+        case .privateKey(let path, let passphrase):
+            try await onThread { session throws(SSHFailure) in
+                let rc = try session.retry("authenticating", until: session.deadline()) {
+                    libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), nil, path, passphrase)
+                }
+                guard rc == 0 else { throw session.failure(rc, "using the key \(path)") }
+            }
+        case .agent(let socketPath):
+            try await onThread { session throws(SSHFailure) in try session.agentOnThread(user: user, socketPath: socketPath) }
+        case .keyboardInteractive:
+            let respond: @Sendable (SSHKeyboardPrompt) -> [String] = { round in
+                guard let answering else { return [] }
+                return waitOffPool { await answering(round) } ?? []
+            }
+            try await onThread { session throws(SSHFailure) in
+                session.box.respond = respond
+                defer { session.box.respond = nil }
+                let rc = try session.retry("authenticating", until: session.deadline()) {
+                    libssh2_userauth_keyboard_interactive_ex(session.raw, user, UInt32(user.utf8.count), keyboardCallback)
+                }
+                guard rc == 0 else { throw session.failure(rc, "keyboard-interactive authentication") }
+            }
         }
-    }
-
-    /// Authentication with each identity of the ssh-agent at `socketPath` (default:
-    /// `SSH_AUTH_SOCK`), in the agent's order. Throws `.authenticationFailed` if none is
-    /// accepted, `.configuration` without an agent.
-    public func authenticateWithAgent(user: String, socketPath: String? = nil) async throws(SSHFailure) {
-        try await onThread { session throws(SSHFailure) in try session.agentOnThread(user: user, socketPath: socketPath) }
     }
 
     private func agentOnThread(user: String, socketPath: String?) throws(SSHFailure) {
@@ -293,7 +327,7 @@ public final class SSHSession: @unchecked Sendable {
         defer { libssh2_agent_free(agent) }
         if let socketPath { libssh2_agent_set_identity_path(agent, socketPath) }
         guard libssh2_agent_connect(agent) == 0 else {
-            throw SSHFailure(.configuration, "cannot reach the ssh-agent at SSH_AUTH_SOCK")
+            throw SSHFailure(.configuration, "cannot reach the ssh-agent at \(socketPath ?? "SSH_AUTH_SOCK")")
         }
         defer { _ = libssh2_agent_disconnect(agent) }
         guard libssh2_agent_list_identities(agent) == 0 else {
@@ -318,21 +352,6 @@ public final class SSHSession: @unchecked Sendable {
         throw SSHFailure(.authenticationFailed, "Authentication failed")
     }
 
-    /// Keyboard-interactive authentication: `respond` gets each round of prompts and returns
-    /// one answer per prompt.
-    public func authenticateKeyboardInteractive(
-        user: String, respond: @escaping @Sendable (SSHKeyboardPrompt) -> [String]
-    ) async throws(SSHFailure) {
-        try await onThread { session throws(SSHFailure) in
-            session.box.respond = respond
-            defer { session.box.respond = nil }
-            let rc = try session.retry("authenticating", until: session.deadline()) {
-                libssh2_userauth_keyboard_interactive_ex(session.raw, user, UInt32(user.utf8.count), keyboardCallback)
-            }
-            guard rc == 0 else { throw session.failure(rc, "keyboard-interactive authentication") }
-        }
-    }
-
     // MARK: Channels
 
     /// Runs `command` with `input` as its stdin and returns its output and exit status.
@@ -350,15 +369,17 @@ public final class SSHSession: @unchecked Sendable {
     }
 
     /// Runs `command`, copying `standardInput` (nil: none) to it and its stdout and stderr to
-    /// the given descriptors as they arrive, until it ends.
-    public func exec(_ command: String, standardInput: Int32?, standardOutput: Int32,
-                     standardError: Int32) async throws(SSHFailure) -> SSHChannelEnd {
-        try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
+    /// the given descriptors as they arrive, until it ends: the escape hatch for piping local
+    /// files, pipes or a terminal straight through (the caller keeps owning the descriptors).
+    public func exec(_ command: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
+                     standardError: FileDescriptor) async throws(SSHFailure) -> SSHChannelEnd {
+        let input = standardInput?.rawValue
+        let (output, error) = (standardOutput.rawValue, standardError.rawValue)
+        return try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
             let channel = try session.openChannel(command: command, terminal: nil)
             let control = try ChannelControl()
-            if standardInput == nil { control.post(.endOfInput) }
-            let sink = descriptorSink(output: standardOutput, error: standardError)
-            return session.pump(channel: channel, input: standardInput, sink: sink, control: control)
+            if input == nil { control.post(.endOfInput) }
+            return session.pump(channel: channel, input: input, sink: descriptorSink(output: output, error: error), control: control)
         }
     }
 

@@ -70,6 +70,12 @@ public struct SSHKeyboardPrompt: Sendable, Equatable {
         public let text: String
         /// Whether the answer may be shown while typed.
         public let echo: Bool
+
+        /// A question with its prompt text.
+        public init(text: String, echo: Bool) {
+            self.text = text
+            self.echo = echo
+        }
     }
     /// The round's name (often empty).
     public let name: String
@@ -77,6 +83,13 @@ public struct SSHKeyboardPrompt: Sendable, Equatable {
     public let instruction: String
     /// The questions, in order; answer each.
     public let questions: [Question]
+
+    /// A round (as a server sends it; for tests and scripted delegates).
+    public init(name: String, instruction: String, questions: [Question]) {
+        self.name = name
+        self.instruction = instruction
+        self.questions = questions
+    }
 }
 
 /// How a channel ended.

@@ -1,3 +1,4 @@
+import AccessTransport
 import Foundation
 
 /// The one thread an SSH session lives on. libssh2 is not thread-safe per session, so every
@@ -46,4 +47,18 @@ final class SessionThread: @unchecked Sendable {
             job()
         }
     }
+}
+
+/// Runs the async `body` and waits for its result on the calling thread, which must be one of
+/// ours (a session thread inside a libssh2 callback), never a thread of Swift's pool.
+func waitOffPool<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+    let result = LockedBox<T?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let value = await body()
+        result.withLock { $0 = value }
+        done.signal()
+    }
+    done.wait()
+    return result.withLock { $0 }!
 }

@@ -10,18 +10,28 @@ import Glibc
 
 private let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
+/// A host-key delegate that trusts every key and keeps them, for tests that check the key
+/// themselves.
+private final class RecordingHostKeys: SSHHostKeyDelegate {
+    let seen = LockedBox<[SSHHostKey]>([])
+
+    func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure) {
+        seen.withLock { $0.append(hostKey) }
+    }
+}
+
 /// The embedded SSH library (`CFAccessSSH.SSHSession`) over a tunnel stream, against the
 /// emulator and a real sshd (issue 10, point 8).
 @Suite("SSHSession library over a tunnel stream", .serialized)
 struct SSHSessionLibraryTests {
-    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture,
-                             options sshOptions: SSHSession.Options = SSHSession.Options()) async throws -> (AccessTunnel, SSHSession) {
+    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture, hostKeys: any SSHHostKeyDelegate = RecordingHostKeys(),
+                             keepalive: SSHKeepalive = SSHKeepalive()) async throws -> (AccessTunnel, SSHSession) {
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
                                            caFile: edge.certs.caFile.path, retry: .never)
         let tunnel = AccessTunnel(options: options, logger: quietLogger)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
-        return (tunnel, try SSHSession(stream: stream, options: sshOptions))
+        return (tunnel, try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: hostKeys, keepalive: keepalive)))
     }
 
     @Test("handshake, known_hosts, password auth (wrong then right), exec with output, stderr, stdin and exit status")
@@ -29,8 +39,11 @@ struct SSHSessionLibraryTests {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
-        let (tunnel, ssh) = try await openSession(sshd, edge)
+        let recorder = RecordingHostKeys()
+        let (tunnel, ssh) = try await openSession(sshd, edge, hostKeys: recorder)
         let key = try await ssh.handshake()
+        #expect(recorder.seen.withLock { $0 } == [key], "the delegate was not asked about the host key")
+        #expect(ssh.hostKey == key)
         #expect(key.algorithm == "ssh-ed25519")
         #expect(key.fingerprint == (try fingerprint(of: sshd.hostKeyPublicLine)))
         #expect(key.knownHostsText == sshd.hostKeyPublicLine)
@@ -46,11 +59,11 @@ struct SSHSessionLibraryTests {
         #expect(try knownHosts.check(host: testHost, port: 22, key: forged) == .mismatch)
 
         let methods = try await ssh.authenticationMethods(user: sshd.passwordUser)
-        #expect(methods.contains("password"))
+        #expect(methods.contains(.password))
         await #expect(throws: SSHFailure(.authenticationFailed, "Authentication failed", code: -18)) {
-            try await ssh.authenticate(user: sshd.passwordUser, password: "wrong")
+            try await ssh.authenticate(user: sshd.passwordUser, offer: .password("wrong"))
         }
-        try await ssh.authenticate(user: sshd.passwordUser, password: sshd.password)
+        try await ssh.authenticate(user: sshd.passwordUser, offer: .password(sshd.password))
         #expect(await ssh.isAuthenticated)
 
         let result = try await ssh.exec("printf out; printf err >&2; exit 5")
@@ -76,7 +89,7 @@ struct SSHSessionLibraryTests {
         do {
             let (tunnel, ssh) = try await openSession(sshd, edge)
             _ = try await ssh.handshake()
-            try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+            try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
             let channel = try await ssh.openShell(terminal: SSHTerminal(term: "vt100", columns: 90, rows: 20))
             let output = LockedBox(Data())
             let running = Task { await channel.run { data in output.withLock { $0.append(data) } } }
@@ -105,7 +118,7 @@ struct SSHSessionLibraryTests {
             let agent = try AgentFixture(key: sshd.clientKeyPath)
             let (tunnel, ssh) = try await openSession(sshd, edge)
             _ = try await ssh.handshake()
-            try await ssh.authenticateWithAgent(user: sshd.keyUser, socketPath: agent.socket)
+            try await ssh.authenticate(user: sshd.keyUser, offer: .agent(socketPath: agent.socket))
             let result = try await ssh.exec("whoami")
             #expect(String(decoding: result.standardOutput, as: UTF8.self) == "\(sshd.keyUser)\n")
             await ssh.disconnect()
@@ -138,9 +151,9 @@ struct SSHSessionLibraryTests {
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
         for interval in [1, 0] {
-            let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: interval))
+            let (tunnel, ssh) = try await openSession(sshd, edge, keepalive: SSHKeepalive(interval: .seconds(interval)))
             _ = try await ssh.handshake()
-            try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+            try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
             let started = sshd.logText.components(separatedBy: "Starting session: command").count
             let quiet = Task { try await ssh.exec("sleep 10") }
             // Measure only once the command runs and its start-up packets are long gone.
@@ -168,9 +181,9 @@ struct SSHSessionLibraryTests {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
-        let (tunnel, ssh) = try await openSession(sshd, edge, options: SSHSession.Options(keepaliveInterval: 1))
+        let (tunnel, ssh) = try await openSession(sshd, edge, keepalive: SSHKeepalive(interval: .seconds(1)))
         _ = try await ssh.handshake()
-        try await ssh.authenticate(user: sshd.keyUser, privateKeyFile: sshd.clientKeyPath.path)
+        try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
         let started = Date()
         let quiet = Task { () -> SSHChannelEnd in
             do { return try await ssh.exec("sleep 25").end } catch let failure as SSHFailure { return .lost(failure) } catch { return .closed }

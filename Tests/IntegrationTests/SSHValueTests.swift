@@ -1,10 +1,9 @@
-import AccessCore
 import CFAccessSSH
 import Foundation
 import Testing
 
 /// The embedded SSH library's values, without I/O.
-@Suite("SSH values: host keys, known_hosts names, failures")
+@Suite("SSH values: host keys, known_hosts names")
 struct SSHValueTests {
     /// An SSH string: a 4-byte big-endian length, then the bytes.
     private func sshString(_ text: String) -> [UInt8] {
@@ -32,17 +31,5 @@ struct SSHValueTests {
         #expect(KnownHosts.entryName(host: "SSH.Example.com", port: 22) == "ssh.example.com")
         #expect(KnownHosts.entryName(host: "ssh.example.com", port: 2222) == "[ssh.example.com]:2222")
         #expect(KnownHosts.defaultPath(environment: ["HOME": "/home/me"]) == "/home/me/.ssh/known_hosts")
-    }
-
-    @Test("each failure kind has its documented exit status")
-    func exitStatuses() {
-        let expected: [(SSHFailure.Kind, AccessCore.ExitStatus)] = [
-            (.timedOut, .unavailable), (.connectionLost, .connectionLost), (.authenticationFailed, .accessDenied),
-            (.hostKeyRejected, .accessDenied), (.protocolError, .protocolError), (.localIO, .localIO),
-            (.configuration, .usage),
-        ]
-        for (kind, status) in expected {
-            #expect(SSHFailure(kind, "x").exitStatus == status, "\(kind)")
-        }
     }
 }

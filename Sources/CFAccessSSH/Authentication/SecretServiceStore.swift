@@ -5,19 +5,56 @@ import Glibc
 #endif
 
 /// Saved SSH passwords in the system keyring through the Secret Service API (libsecret; GNOME
-/// Keyring, KeePassXC, KWallet…), keyed to `user@host:port`. Never a file of ours.
+/// Keyring, KeePassXC, KWallet…), keyed to `user@host:port`. Never a file of ours. The ready
+/// ``SSHPasswordStore``.
 ///
 /// libsecret (`libsecret-1.so.0`, Debian `libsecret-1-0`) is loaded with `dlopen` the first time
-/// a password is looked up or saved, the way libcurl is for logins: a tunnel that never asks
-/// for a password does not load it, nor GLib and D-Bus behind it.
-public final class SecretServiceStore: @unchecked Sendable {
-    /// Why the Secret Service cannot be used, in one line for people.
-    public struct Unavailable: Error, Sendable, Equatable, CustomStringConvertible {
-        /// The reason, e.g. "libsecret-1.so.0 is not installed".
-        public let reason: String
-        public var description: String { reason }
+/// a password is looked up, saved or removed, the way libcurl is for logins: a session that never
+/// needs a password does not load it, nor GLib and D-Bus behind it. If it cannot be loaded, or no
+/// Secret Service answers, each call throws ``SSHPasswordStoreFailure`` saying why.
+public final class SecretServiceStore: SSHPasswordStore {
+    /// The schema name the passwords are stored under.
+    public static let schemaName = "com.cf-access-tcp.ssh-password"
+
+    private let library = LockedBox<Result<SecretServiceLibrary, SSHPasswordStoreFailure>?>(nil)
+
+    /// A store that loads libsecret on first use.
+    public init() {}
+
+    /// The saved password for `account`, or nil.
+    public func password(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> String? {
+        try loaded().password(user: account.user, host: account.host, port: account.port)
     }
 
+    /// Saves `password` for `account` (replacing any saved one).
+    public func save(_ password: String, for account: SSHAccount) async throws(SSHPasswordStoreFailure) {
+        try loaded().save(password, user: account.user, host: account.host, port: account.port)
+    }
+
+    /// Removes the saved password for `account`; returns whether one was there.
+    @discardableResult
+    public func remove(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> Bool {
+        try loaded().remove(user: account.user, host: account.host, port: account.port)
+    }
+
+    /// libsecret, loaded (and a Secret Service found) on the first call; the same answer after.
+    private func loaded() throws(SSHPasswordStoreFailure) -> SecretServiceLibrary {
+        try library.withLock { state throws(SSHPasswordStoreFailure) -> SecretServiceLibrary in
+            if let known = state { return try known.get() }
+            let result: Result<SecretServiceLibrary, SSHPasswordStoreFailure>
+            do throws(SSHPasswordStoreFailure) {
+                result = .success(try SecretServiceLibrary(schemaName: Self.schemaName))
+            } catch {
+                result = .failure(error)
+            }
+            state = result
+            return try result.get()
+        }
+    }
+}
+
+/// libsecret's functions, found with `dlsym`, and the schema; calls are serialised.
+private final class SecretServiceLibrary: @unchecked Sendable {
     private typealias HashFunction = @convention(c) (UnsafeRawPointer?) -> UInt32
     private typealias HashTableNew = @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> OpaquePointer?
     private typealias HashTableInsert = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32
@@ -46,26 +83,23 @@ public final class SecretServiceStore: @unchecked Sendable {
     private let schema: UnsafeMutableRawPointer
     private let lock = LockedBox(())
 
-    /// The schema name the passwords are stored under.
-    public static let schemaName = "com.cf-access-tcp.ssh-password"
-
     /// Loads libsecret and checks that a Secret Service answers on the session bus.
-    public init() throws(Unavailable) {
+    init(schemaName: String) throws(SSHPasswordStoreFailure) {
         guard ProcessInfo.processInfo.environment["DBUS_SESSION_BUS_ADDRESS"].map({ !$0.isEmpty }) ?? false
                 || FileManager.default.fileExists(atPath: "/run/user/\(getuid())/bus") else {
-            throw Unavailable(reason: "no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set), so no Secret Service")
+            throw SSHPasswordStoreFailure(reason: "no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set), so no Secret Service")
         }
         guard let library = dlopen("libsecret-1.so.0", RTLD_NOW | RTLD_LOCAL) else {
-            throw Unavailable(reason: "libsecret-1.so.0 is not installed (Debian package libsecret-1-0)")
+            throw SSHPasswordStoreFailure(reason: "libsecret-1.so.0 is not installed (Debian package libsecret-1-0)")
         }
-        func symbol<T>(_ name: String, _ type: T.Type) throws(Unavailable) -> T {
+        func symbol<T>(_ name: String, _ type: T.Type) throws(SSHPasswordStoreFailure) -> T {
             guard let pointer = dlsym(library, name) else {
-                throw Unavailable(reason: "libsecret-1.so.0 lacks \(name)")
+                throw SSHPasswordStoreFailure(reason: "libsecret-1.so.0 lacks \(name)")
             }
             return unsafeBitCast(pointer, to: type)
         }
         guard let strHash = dlsym(library, "g_str_hash"), let strEqual = dlsym(library, "g_str_equal") else {
-            throw Unavailable(reason: "libsecret-1.so.0 came without GLib")
+            throw SSHPasswordStoreFailure(reason: "libsecret-1.so.0 came without GLib")
         }
         self.strHash = strHash
         self.strEqual = strEqual
@@ -82,7 +116,7 @@ public final class SecretServiceStore: @unchecked Sendable {
         //   SecretSchemaAttribute attributes[32] /* {const gchar *name; type} */; gint reserved;
         //   gpointer reserved1…7; } — 592 bytes on LP64.
         schema = calloc(1, 592)!
-        schema.storeBytes(of: UnsafeRawPointer(strdup(Self.schemaName)!), toByteOffset: 0, as: UnsafeRawPointer.self)
+        schema.storeBytes(of: UnsafeRawPointer(strdup(schemaName)!), toByteOffset: 0, as: UnsafeRawPointer.self)
         schema.storeBytes(of: Int32(0), toByteOffset: 8, as: Int32.self)   // SECRET_SCHEMA_NONE
         for (index, name) in ["user", "host", "port"].enumerated() {
             schema.storeBytes(of: UnsafeRawPointer(strdup(name)!), toByteOffset: 16 + 16 * index, as: UnsafeRawPointer.self)
@@ -93,8 +127,8 @@ public final class SecretServiceStore: @unchecked Sendable {
     }
 
     /// The saved password for `user@host:port`, or nil.
-    public func password(user: String, host: String, port: Int) throws(Unavailable) -> String? {
-        try withAttributes(user: user, host: host, port: port) { attributes, error throws(Unavailable) in
+    func password(user: String, host: String, port: Int) throws(SSHPasswordStoreFailure) -> String? {
+        try withAttributes(user: user, host: host, port: port) { attributes, error throws(SSHPasswordStoreFailure) in
             let found = lookup(schema, attributes, nil, error)
             try check(error, "looking up a password")
             guard let found else { return nil }
@@ -104,19 +138,18 @@ public final class SecretServiceStore: @unchecked Sendable {
     }
 
     /// Saves `password` for `user@host:port` (replacing any saved one).
-    public func save(_ password: String, user: String, host: String, port: Int) throws(Unavailable) {
-        try withAttributes(user: user, host: host, port: port) { attributes, error throws(Unavailable) in
+    func save(_ password: String, user: String, host: String, port: Int) throws(SSHPasswordStoreFailure) {
+        try withAttributes(user: user, host: host, port: port) { attributes, error throws(SSHPasswordStoreFailure) in
             let label = "cf-access-tcp SSH password for \(user)@\(host):\(port)"
             let ok = store(schema, attributes, nil, label, password, nil, error)
             try check(error, "saving the password")
-            guard ok != 0 else { throw Unavailable(reason: "the Secret Service did not save the password") }
+            guard ok != 0 else { throw SSHPasswordStoreFailure(reason: "the Secret Service did not save the password") }
         }
     }
 
     /// Removes the saved password for `user@host:port`; returns whether one was there.
-    @discardableResult
-    public func remove(user: String, host: String, port: Int) throws(Unavailable) -> Bool {
-        try withAttributes(user: user, host: host, port: port) { attributes, error throws(Unavailable) in
+    func remove(user: String, host: String, port: Int) throws(SSHPasswordStoreFailure) -> Bool {
+        try withAttributes(user: user, host: host, port: port) { attributes, error throws(SSHPasswordStoreFailure) in
             let removed = clear(schema, attributes, nil, error)
             try check(error, "removing the password")
             return removed != 0
@@ -125,17 +158,17 @@ public final class SecretServiceStore: @unchecked Sendable {
 
     private func withAttributes<T>(
         user: String, host: String, port: Int,
-        _ body: (OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>) throws(Unavailable) -> T
-    ) throws(Unavailable) -> T {
-        try lock.withLock { _ throws(Unavailable) -> T in try withAttributesLocked(user: user, host: host, port: port, body) }
+        _ body: (OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>) throws(SSHPasswordStoreFailure) -> T
+    ) throws(SSHPasswordStoreFailure) -> T {
+        try lock.withLock { _ throws(SSHPasswordStoreFailure) -> T in try withAttributesLocked(user: user, host: host, port: port, body) }
     }
 
     private func withAttributesLocked<T>(
         user: String, host: String, port: Int,
-        _ body: (OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>) throws(Unavailable) -> T
-    ) throws(Unavailable) -> T {
+        _ body: (OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>) throws(SSHPasswordStoreFailure) -> T
+    ) throws(SSHPasswordStoreFailure) -> T {
         guard let table = hashTableNew(strHash, strEqual) else {
-            throw Unavailable(reason: "GLib could not allocate a hash table")
+            throw SSHPasswordStoreFailure(reason: "GLib could not allocate a hash table")
         }
         var owned: [UnsafeMutablePointer<CChar>] = []
         defer {
@@ -152,10 +185,10 @@ public final class SecretServiceStore: @unchecked Sendable {
     }
 
     /// Throws the GError in `error`, if any (GError: GQuark domain; gint code; gchar *message).
-    private func check(_ error: UnsafeMutablePointer<UnsafeMutableRawPointer?>, _ what: String) throws(Unavailable) {
+    private func check(_ error: UnsafeMutablePointer<UnsafeMutableRawPointer?>, _ what: String) throws(SSHPasswordStoreFailure) {
         guard let raised = error.pointee else { return }
         defer { errorFree(raised); error.pointee = nil }
         let message = raised.load(fromByteOffset: 8, as: UnsafePointer<CChar>?.self).map { String(cString: $0) } ?? "unknown error"
-        throw Unavailable(reason: "the Secret Service failed \(what): \(message)")
+        throw SSHPasswordStoreFailure(reason: "the Secret Service failed \(what): \(message)")
     }
 }

@@ -1,0 +1,166 @@
+import AccessTransport
+import Foundation
+import Logging
+
+/// The ready ``SSHUserAuthenticationDelegate``: OpenSSH's order — the ssh-agent, key files
+/// (passphrases asked), keyboard-interactive, then the password (a saved one from the
+/// ``SSHPasswordStore`` first, then typed ones, with the offer to save one that worked). The app
+/// supplies only the ``SSHAuthenticationPrompts``.
+///
+/// ```swift
+/// let authentication = SSHOrderedAuthentication(
+///     configuration: .init(account: SSHAccount(user: "me", host: "ssh.example.com"),
+///                          agentSocketPath: SSHOrderedAuthentication.Configuration.agentSocketPath(environment: env),
+///                          defaultIdentityFiles: SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: env),
+///                          passwordStore: SecretServiceStore()),
+///     prompts: myPrompts)
+/// try await ssh.authenticate(user: "me", delegate: authentication)
+/// ```
+///
+/// Use one instance for every connection of a destination: the way that worked is remembered,
+/// and a reconnect tries it first without asking again. One authentication at a time.
+public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
+    /// What to try, and how often.
+    public struct Configuration: Sendable {
+        /// Who logs in where: the prompts' and the password store's key.
+        public var account: SSHAccount
+        /// The ssh-agent's socket (nil: no agent is tried).
+        public var agentSocketPath: String?
+        /// Key files to try first, in order (ssh's `-i`); each is tried even if unreadable, so a
+        /// bad one is said.
+        public var identityFiles: [String]
+        /// Key files tried next when they exist and are readable (ssh's `~/.ssh/id_*`).
+        public var defaultIdentityFiles: [String]
+        /// Where saved passwords are looked up and saved (nil: none are).
+        public var passwordStore: (any SSHPasswordStore)?
+        /// Passphrases asked for each encrypted key.
+        public var passphraseAttempts: Int
+        /// Keyboard-interactive rounds tried.
+        public var keyboardInteractiveAttempts: Int
+        /// Typed passwords tried.
+        public var passwordAttempts: Int
+
+        /// A configuration with every setting; three tries of each kind by default.
+        public init(account: SSHAccount, agentSocketPath: String? = nil, identityFiles: [String] = [],
+                    defaultIdentityFiles: [String] = [], passwordStore: (any SSHPasswordStore)? = nil,
+                    passphraseAttempts: Int = 3, keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3) {
+            self.account = account
+            self.agentSocketPath = agentSocketPath
+            self.identityFiles = identityFiles
+            self.defaultIdentityFiles = defaultIdentityFiles
+            self.passwordStore = passwordStore
+            self.passphraseAttempts = passphraseAttempts
+            self.keyboardInteractiveAttempts = keyboardInteractiveAttempts
+            self.passwordAttempts = passwordAttempts
+        }
+
+        /// OpenSSH's default keys in the home directory (`HOME` of `environment`, else the
+        /// user's): `~/.ssh/id_ed25519`, `id_ecdsa`, `id_rsa`.
+        public static func defaultIdentityFiles(environment: [String: String]) -> [String] {
+            let home = homeDirectory(environment: environment)
+            return ["id_ed25519", "id_ecdsa", "id_rsa"].map { "\(home)/.ssh/\($0)" }
+        }
+
+        /// The agent socket named by `SSH_AUTH_SOCK` in `environment`, or nil.
+        public static func agentSocketPath(environment: [String: String]) -> String? {
+            environment["SSH_AUTH_SOCK"].flatMap { $0.isEmpty ? nil : $0 }
+        }
+    }
+
+    private struct State: Sendable {
+        var order: AuthenticationOrder
+        var storeProblem: SSHPasswordStoreFailure?
+    }
+
+    /// What to try, and how often.
+    public let configuration: Configuration
+    private let prompts: any SSHAuthenticationPrompts
+    private let logger: Logger
+    private let state: LockedBox<State>
+
+    /// An authentication for `configuration` asking through `prompts`. The key files are looked
+    /// at (which exist, which are encrypted) now.
+    public init(configuration: Configuration, prompts: any SSHAuthenticationPrompts,
+                logger: Logger = Logger(label: "cf-access-ssh")) {
+        self.configuration = configuration
+        self.prompts = prompts
+        self.logger = logger
+        let defaults = configuration.defaultIdentityFiles.filter {
+            !configuration.identityFiles.contains($0) && FileManager.default.isReadableFile(atPath: $0)
+        }
+        let keys = (configuration.identityFiles + defaults).map {
+            AuthenticationOrder.KeyFile(path: $0, encrypted: PrivateKeyFile.isEncrypted(path: $0))
+        }
+        let setup = AuthenticationOrder.Setup(
+            account: configuration.account, agentSocketPath: configuration.agentSocketPath, keys: keys,
+            canAsk: prompts.canAsk, hasPasswordStore: configuration.passwordStore != nil,
+            passphraseAttempts: configuration.passphraseAttempts,
+            keyboardInteractiveAttempts: configuration.keyboardInteractiveAttempts,
+            passwordAttempts: configuration.passwordAttempts)
+        state = LockedBox(State(order: AuthenticationOrder(setup: setup)))
+    }
+
+    /// The next offer in OpenSSH's order, asking the prompts and the password store on the way.
+    public func nextAuthenticationOffer(availableMethods: SSHAuthenticationMethods,
+                                        lastFailure: SSHFailure?) async throws(SSHFailure) -> SSHAuthenticationOffer? {
+        var event: AuthenticationOrder.Event
+        if let lastFailure {
+            logger.debug("authentication refused: \(lastFailure.message)")
+            event = .refused(lastFailure)
+        } else {
+            logger.debug("server offers: \(availableMethods)")
+            event = .start(availableMethods)
+        }
+        while true {
+            let step = state.withLock { $0.order.next(event) }
+            for notice in step.notices { await prompts.show(notice) }
+            switch step.action {
+            case .offer(let offer):
+                logger.debug("trying \(offer)")
+                return offer
+            case .askPassphrase(let path):
+                event = .passphrase(await prompts.passphrase(forKey: path))
+            case .lookUpSavedPassword:
+                event = .savedPassword(await savedPassword())
+            case .askPassword:
+                event = .typedPassword(await prompts.password(for: configuration.account))
+            case .fail(let failure):
+                throw failure
+            }
+        }
+    }
+
+    /// Passes the round to the prompts.
+    public func respond(to round: SSHKeyboardPrompt) async -> [String]? {
+        await prompts.respond(to: round)
+    }
+
+    /// Remembers `offer` for the next connection; after a typed password, offers to save it.
+    public func authenticationSucceeded(with offer: SSHAuthenticationOffer) async {
+        let (typed, problem) = state.withLock { ($0.order.succeeded(), $0.storeProblem) }
+        guard let password = typed, let store = configuration.passwordStore else { return }
+        if let problem {
+            await prompts.show(.passwordNotSavable(reason: problem.reason))
+            return
+        }
+        guard await prompts.confirmSavingPassword(for: configuration.account) else { return }
+        do {
+            try await store.save(password, for: configuration.account)
+            await prompts.show(.passwordSaved(configuration.account))
+        } catch {
+            await prompts.show(.passwordNotSaved(reason: error.reason))
+        }
+    }
+
+    /// The saved password, or nil; a store that cannot be used is noted (for the save offer).
+    private func savedPassword() async -> String? {
+        guard let store = configuration.passwordStore else { return nil }
+        do {
+            return try await store.password(for: configuration.account)
+        } catch {
+            logger.debug("password store: \(error.reason)")
+            state.withLock { $0.storeProblem = error }
+            return nil
+        }
+    }
+}

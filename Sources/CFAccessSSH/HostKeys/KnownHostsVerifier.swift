@@ -1,0 +1,77 @@
+/// The ready ``SSHHostKeyDelegate``: OpenSSH's rules against a known_hosts file. A known key
+/// passes; a changed key is refused with OpenSSH's warning whatever the mode; an unknown key is
+/// refused, added, or asked about, by ``SSHHostKeyChecking``.
+///
+/// ```swift
+/// let verifier = KnownHostsVerifier(
+///     configuration: .init(knownHosts: KnownHosts(path: KnownHosts.defaultPath(environment: env)),
+///                          host: "ssh.example.com", checking: .ask),
+///     prompt: myPrompt)                      // asks "Are you sure…?" and shows the notices
+/// ```
+///
+/// In the embedded mode the host is the Access hostname: the SSH server's own address is never
+/// seen.
+public struct KnownHostsVerifier: SSHHostKeyDelegate {
+    /// Which file, which host, which mode.
+    public struct Configuration: Sendable {
+        /// The known_hosts file to check and append to.
+        public var knownHosts: KnownHosts
+        /// The host the key must belong to (lower-cased when named in the file).
+        public var host: String
+        /// The port the entry is keyed to (`[host]:port` when not 22).
+        public var port: Int
+        /// What to do with a key the file does not name.
+        public var checking: SSHHostKeyChecking
+
+        /// Checks against `knownHosts` for `host`:`port` (default 22), asking about unknown keys
+        /// by default.
+        public init(knownHosts: KnownHosts, host: String, port: Int = 22, checking: SSHHostKeyChecking = .ask) {
+            self.knownHosts = knownHosts
+            self.host = host
+            self.port = port
+            self.checking = checking
+        }
+    }
+
+    /// The file, host and mode.
+    public let configuration: Configuration
+    private let prompt: (any SSHHostKeyPrompt)?
+
+    /// A verifier; `prompt` asks about unknown keys and shows the notices (nil: no one is asked,
+    /// nothing is shown, so `.ask` refuses an unknown key).
+    public init(configuration: Configuration, prompt: (any SSHHostKeyPrompt)? = nil) {
+        self.configuration = configuration
+        self.prompt = prompt
+    }
+
+    /// Checks `hostKey` against the file and acts on the decision of ``SSHHostKeyChecking``'s
+    /// rules: returns if trusted (appending the key when it was new and accepted), throws
+    /// ``SSHFailure/Kind/hostKeyRejected`` otherwise.
+    public func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure) {
+        let knownHosts = configuration.knownHosts
+        let check = HostKeyCheck(checking: configuration.checking,
+                                 entryName: KnownHosts.entryName(host: configuration.host, port: configuration.port),
+                                 knownHostsPath: knownHosts.path, key: hostKey)
+        var action = check.decide(try knownHosts.check(host: configuration.host, port: configuration.port, key: hostKey))
+        while true {
+            switch action {
+            case .trust:
+                return
+            case .ask(let question):
+                guard let prompt else {
+                    action = check.answered(nil)
+                    continue
+                }
+                await prompt.show(.unknown(question))
+                action = check.answered(await prompt.confirm(question))
+            case .record(let notice):
+                try knownHosts.add(host: configuration.host, port: configuration.port, key: hostKey)
+                await prompt?.show(notice)
+                return
+            case .refuse(let notices, let failure):
+                for notice in notices { await prompt?.show(notice) }
+                throw failure
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+
+/// Decides whether a server's host key is trusted: the check every ``SSHSession`` runs after
+/// the key exchange and before any credential is sent (see ``SSHSession/handshake()``), as
+/// swift-nio-ssh's `NIOSSHClientServerAuthenticationDelegate`. Required: a session cannot be
+/// made without one.
+///
+/// ``KnownHostsVerifier`` is the ready implementation (OpenSSH's known_hosts rules). An app
+/// that pins a key writes its own:
+///
+/// ```swift
+/// struct PinnedKey: SSHHostKeyDelegate {
+///     let fingerprint: String
+///     func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure) {
+///         guard hostKey.fingerprint == fingerprint else {
+///             throw SSHFailure(.hostKeyRejected, "Host key verification failed.")
+///         }
+///     }
+/// }
+/// ```
+public protocol SSHHostKeyDelegate: Sendable {
+    /// Returns if `hostKey` is the server's true key; throws (kind
+    /// ``SSHFailure/Kind/hostKeyRejected``, or ``SSHFailure/Kind/localIO`` if a file could not
+    /// be read) to end the connection before any credential is sent.
+    func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure)
+}
+
+/// How a key that known_hosts does not name is treated: OpenSSH's `StrictHostKeyChecking`. A
+/// key that differs from a known one is refused in every mode.
+public enum SSHHostKeyChecking: Sendable, Equatable {
+    /// Refuse it (`StrictHostKeyChecking=yes`).
+    case strict
+    /// Add it to known_hosts without asking (`accept-new`).
+    case acceptNew
+    /// Ask the person through ``SSHHostKeyPrompt/confirm(_:)`` (`ask`, OpenSSH's default);
+    /// refused when no one can be asked.
+    case ask
+}
+
+/// Where the host-key check reaches a person: the question about an unknown key and the
+/// notices (a key added, a changed key's warning). Supplied by the app — a terminal, a window.
+public protocol SSHHostKeyPrompt: Sendable {
+    /// Asks whether to trust the unknown key in `question` (OpenSSH asks
+    /// ``SSHUnknownHostKey/question`` and reads the answer with
+    /// ``SSHUnknownHostKey/interpret(_:)``). Returns nil when no one can be asked.
+    func confirm(_ question: SSHUnknownHostKey) async -> Bool?
+    /// Shows `notice` to the person (its ``SSHHostKeyNotice/text`` is OpenSSH's wording).
+    func show(_ notice: SSHHostKeyNotice) async
+}
+
+/// A host key that known_hosts does not name, for the question whether to trust it.
+public struct SSHUnknownHostKey: Sendable, Equatable {
+    /// The host as known_hosts names it: `host`, or `[host]:port` when the port is not 22.
+    public let entryName: String
+    /// The key the server presented.
+    public let key: SSHHostKey
+
+    /// The unknown `key` of the host named `entryName`.
+    public init(entryName: String, key: SSHHostKey) {
+        self.entryName = entryName
+        self.key = key
+    }
+
+    /// OpenSSH's two lines before the question: the host, and the key's type and fingerprint.
+    public var text: String {
+        "The authenticity of host '\(entryName)' can't be established.\n"
+            + "\(key.displayType) key fingerprint is \(key.fingerprint)."
+    }
+
+    /// OpenSSH's question.
+    public var question: String { "Are you sure you want to continue connecting (yes/no/[fingerprint])? " }
+
+    /// What to say after an answer ``interpret(_:)`` did not understand.
+    public var retryQuestion: String { "Please type 'yes', 'no' or the fingerprint: " }
+
+    /// Reads a typed answer as OpenSSH does: `yes` or the key's exact fingerprint trusts it,
+    /// `no` or an empty line refuses it, anything else is nil (ask again).
+    public func interpret(_ answer: String) -> Bool? {
+        let trimmed = answer.trimmingCharacters(in: .whitespaces)
+        if trimmed.lowercased() == "yes" || trimmed == key.fingerprint { return true }
+        if trimmed.lowercased() == "no" || trimmed.isEmpty { return false }
+        return nil
+    }
+}
+
+/// Something the host-key check tells the person, with OpenSSH's wording in ``text``.
+public enum SSHHostKeyNotice: Sendable, Equatable {
+    /// The key is unknown; shown before the question (or alone when no one can be asked).
+    case unknown(SSHUnknownHostKey)
+    /// The key was appended to known_hosts under `entryName`.
+    case added(entryName: String, key: SSHHostKey)
+    /// The key differs from the one known_hosts names: OpenSSH's
+    /// `REMOTE HOST IDENTIFICATION HAS CHANGED!` warning. The connection is refused.
+    case changed(key: SSHHostKey, knownHostsPath: String)
+    /// The key is unknown and strict checking refuses it.
+    case unknownRefused(SSHUnknownHostKey)
+
+    /// The notice in OpenSSH's words (one or more lines, no final newline).
+    public var text: String {
+        switch self {
+        case .unknown(let question):
+            return question.text
+        case .added(let name, let key):
+            return "Warning: Permanently added '\(name)' (\(key.displayType)) to the list of known hosts."
+        case .changed(let key, let path):
+            return """
+            @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+            @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+            @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+            IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+            Someone could be eavesdropping on you right now (man-in-the-middle attack)!
+            It is also possible that a host key has just been changed.
+            The fingerprint for the \(key.displayType) key sent by the remote host is
+            \(key.fingerprint).
+            Please contact your system administrator.
+            Add correct host key in \(path) to get rid of this message.
+            """
+        case .unknownRefused(let question):
+            return "No \(question.key.displayType) host key is known for \(question.entryName) and you have requested strict checking."
+        }
+    }
+}

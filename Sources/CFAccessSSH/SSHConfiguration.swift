@@ -1,0 +1,81 @@
+extension SSHSession {
+    /// How a session checks the server and how long it waits: the host-key delegate (required,
+    /// as swift-nio-ssh requires one), the time each request may take and the keepalives.
+    ///
+    /// ```swift
+    /// let verifier = KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: path),
+    ///                                                        host: "ssh.example.com"))
+    /// let ssh = try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: verifier,
+    ///                                                              timeout: .seconds(10)))
+    /// ```
+    public struct Configuration: Sendable {
+        /// Decides whether the server's host key is trusted, before any credential is sent.
+        public var hostKeyDelegate: any SSHHostKeyDelegate
+        /// How long the handshake and each authentication or channel request may take.
+        public var timeout: Duration
+        /// SSH keepalives while a channel runs, and when silence means the connection is lost.
+        public var keepalive: SSHKeepalive
+
+        /// A configuration with every setting; `timeout` 15 s and keepalives every 30 s by default.
+        public init(hostKeyDelegate: any SSHHostKeyDelegate, timeout: Duration = .seconds(15),
+                    keepalive: SSHKeepalive = SSHKeepalive()) {
+            self.hostKeyDelegate = hostKeyDelegate
+            self.timeout = timeout
+            self.keepalive = keepalive
+        }
+    }
+}
+
+/// SSH keepalives (OpenSSH's `ServerAliveInterval` and `ServerAliveCountMax`): a request that
+/// asks for a reply every `interval` while a channel runs; when the server has sent nothing for
+/// `unansweredLimit` intervals, the connection is lost even if no socket error says so.
+///
+/// A pure value: ``isConnectionLost(silence:)`` is the whole rule, so it can be checked without
+/// a connection.
+public struct SSHKeepalive: Sendable, Equatable {
+    /// Time between keepalive requests; zero (or less) turns them off. libssh2 counts whole
+    /// seconds and sends at least every 2 s, so the interval is rounded up to that.
+    public var interval: Duration
+    /// How many intervals without a byte from the server mean the connection is lost.
+    public var unansweredLimit: Int
+
+    /// Keepalives every `interval` (default 30 s); lost after `unansweredLimit` (default 3)
+    /// unanswered ones.
+    public init(interval: Duration = .seconds(30), unansweredLimit: Int = 3) {
+        self.interval = interval
+        self.unansweredLimit = unansweredLimit
+    }
+
+    /// No keepalives, and silence never counts as a loss.
+    public static let off = SSHKeepalive(interval: .zero)
+
+    /// Whether keepalives are sent.
+    public var isEnabled: Bool { interval > .zero }
+
+    /// The interval handed to libssh2, in whole seconds (0 when off).
+    var librarySeconds: UInt32 {
+        guard isEnabled else { return 0 }
+        return UInt32(min(Double(UInt32.max), interval.seconds.rounded(.up)))
+    }
+
+    /// The real time between keepalives: libssh2 sends at least every 2 s.
+    public var effectiveInterval: Duration {
+        guard isEnabled else { return .zero }
+        return .seconds(max(2, Int(librarySeconds)))
+    }
+
+    /// Whether `silence` (the time since the server last sent a byte) means the connection is
+    /// lost: longer than `unansweredLimit` intervals, plus a second for the reply on its way.
+    public func isConnectionLost(silence: Duration) -> Bool {
+        guard isEnabled else { return false }
+        return silence > effectiveInterval * max(1, unansweredLimit) + .seconds(1)
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, with fractions.
+    var seconds: Double {
+        let parts = components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,29 @@
+import AccessCore
+import CFAccessSSH
+
+/// Where the shell mode's failures become exit statuses (README, "Exit status"): the library's
+/// failures carry no process status, so the tool decides here, once.
+extension ExitStatus {
+    /// The status `cf-access-tcp shell` ends with for an SSH failure.
+    init(_ failure: SSHFailure) {
+        switch failure.kind {
+        case .timedOut: self = .unavailable
+        case .connectionLost: self = .connectionLost
+        case .authenticationFailed, .hostKeyRejected: self = .accessDenied
+        case .protocolError: self = .protocolError
+        case .localIO: self = .localIO
+        case .configuration: self = .usage
+        }
+    }
+
+    /// The status for a remote command killed by the signal `name` (`TERM`): 128 + its number,
+    /// as shells report it (255 for a name we do not know).
+    static func remoteSignal(_ name: String) -> Int32 {
+        128 + (signalNumbers[name] ?? 127)
+    }
+
+    private static let signalNumbers: [String: Int32] = [
+        "HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "ABRT": 6, "FPE": 8, "KILL": 9, "SEGV": 11, "PIPE": 13,
+        "ALRM": 14, "TERM": 15, "USR1": 10, "USR2": 12,
+    ]
+}
