@@ -121,6 +121,11 @@ let package = Package(
                     dependencies: ["AccessTransport", "AccessCore", "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
+        // The SSH policy (authentication order, known_hosts decisions, reconnect, keepalive)
+        // with scripted doubles: no sshd.
+        .testTarget(name: "CFAccessSSHTests",
+                    dependencies: ["CFAccessSSH", "AccessTransport", "AccessTestSupport", .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
         // The emulator's frame reader, checked against the client's framing.
         .testTarget(name: "AccessEdgeTests",
                     dependencies: ["AccessEdge", "AccessTransport",
