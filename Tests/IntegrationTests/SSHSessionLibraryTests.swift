@@ -20,6 +20,33 @@ private final class RecordingHostKeys: SSHHostKeyDelegate {
     }
 }
 
+/// Prompts that type passwords from a list and accept the save offer, recording what they were
+/// asked and told.
+private final class TypingPrompts: SSHAuthenticationPrompts {
+    private let passwords: LockedBox<[String]>
+    let asked = LockedBox<[String]>([])
+    let canAsk = true
+
+    init(passwords: [String]) { self.passwords = LockedBox(passwords) }
+
+    func passphrase(forKey keyPath: String) async -> String? { asked.withLock { $0.append("passphrase") }; return nil }
+    func password(for account: SSHAccount) async -> String? {
+        asked.withLock { $0.append("password") }
+        return passwords.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+    }
+    func respond(to round: SSHKeyboardPrompt) async -> [String]? { nil }
+    func confirmSavingPassword(for account: SSHAccount) async -> Bool { asked.withLock { $0.append("save?") }; return true }
+    func show(_ notice: SSHAuthenticationNotice) async { asked.withLock { $0.append(notice.message) } }
+}
+
+/// Saved passwords in memory.
+private final class MemoryPasswords: SSHPasswordStore {
+    let saved = LockedBox<[SSHAccount: String]>([:])
+    func password(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> String? { saved.withLock { $0[account] } }
+    func save(_ password: String, for account: SSHAccount) async throws(SSHPasswordStoreFailure) { saved.withLock { $0[account] = password } }
+    func remove(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> Bool { saved.withLock { $0.removeValue(forKey: account) != nil } }
+}
+
 /// The embedded SSH library (`CFAccessSSH.SSHSession`) over a tunnel stream, against the
 /// emulator and a real sshd (issue 10, point 8).
 @Suite("SSHSession library over a tunnel stream", .serialized)
@@ -124,6 +151,54 @@ struct SSHSessionLibraryTests {
             await ssh.disconnect()
             await tunnel.disconnect()
         }
+    }
+
+    @Test("the host-key delegate is required: a key strict known_hosts does not name ends the session before any credential")
+    func refusedHostKeyStopsEverything() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let directory = try makeTempDir("cfat-strict")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("known_hosts").path
+        let strict = KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: file), host: testHost, checking: .strict))
+        let (tunnel, ssh) = try await openSession(sshd, edge, hostKeys: strict)
+        await #expect(throws: SSHFailure(.hostKeyRejected, "Host key verification failed.")) { try await ssh.handshake() }
+        #expect(ssh.hostKey == nil)
+        do {
+            try await ssh.authenticate(user: sshd.passwordUser, offer: .password(sshd.password))
+            Issue.record("a password went out after the host key was refused")
+        } catch {
+            #expect(error.kind == .configuration, "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: file), "strict checking wrote known_hosts")
+        await ssh.disconnect()
+        await tunnel.disconnect()
+    }
+
+    @Test("ordered authentication against sshd: typed passwords (wrong, right), the save offer, then a second connection logs in with the remembered one without asking")
+    func orderedAuthentication() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let prompts = TypingPrompts(passwords: ["not-the-password", sshd.password])
+        let store = MemoryPasswords()
+        let account = SSHAccount(user: sshd.passwordUser, host: testHost)
+        let login = SSHOrderedAuthentication(configuration: .init(account: account, passwordStore: store), prompts: prompts,
+                                             logger: quietLogger)
+        for round in 1...2 {
+            let (tunnel, ssh) = try await openSession(sshd, edge)
+            try await ssh.handshake()
+            let used = try await ssh.authenticate(user: sshd.passwordUser, delegate: login)
+            #expect(used == .password(sshd.password), "round \(round)")
+            let result = try await ssh.exec("whoami")
+            #expect(String(decoding: result.standardOutput, as: UTF8.self) == "\(sshd.passwordUser)\n")
+            await ssh.disconnect()
+            await tunnel.disconnect()
+        }
+        #expect(prompts.asked.withLock { $0 } == ["password", "Authentication failed, please try again.", "password", "save?",
+                                                  "Password saved for \(account)."])
+        #expect(store.saved.withLock { $0 } == [account: sshd.password])
     }
 
     @Test("the SSH example target runs a command over a tunnel stream and exits with its status")
