@@ -81,13 +81,16 @@ let package = Package(
                                .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
         // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
+        // Writes the git commit into the tool for `--version` (BuildInfo.swift, before each build).
+        .plugin(name: "BuildInfo", capability: .buildTool(), path: "Plugins/BuildInfo"),
         .executableTarget(name: "CFAccessTCPTool",
                           dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log"),
                                          .product(name: "SystemPackage", package: "swift-system")],
                           swiftSettings: strictSwift,
-                          linkerSettings: staticSwiftRuntime),
+                          linkerSettings: staticSwiftRuntime,
+                          plugins: ["BuildInfo"]),
         // A runnable example of the library API.
         .executableTarget(name: "TunnelExample", dependencies: ["CFAccessTCP"], path: "Examples/TunnelExample",
                           swiftSettings: strictSwift),

@@ -22,11 +22,22 @@ struct RootCommand: AsyncParsableCommand {
                         cf-access-tcp --hostname ssh.example.com --url 127.0.0.1:0
           cloudflared spelling: cf-access-tcp access ssh --hostname ssh.example.com
         """,
-        version: "cf-access-tcp " + Version.string,
+        version: VersionReport.short,
         subcommands: [TCPCommand.self, AccessCommand.self, ForwardCommand.self, LoginCommand.self, TokenCommand.self,
                       LogoutCommand.self, SSHConfigCommand.self, ShellCommand.self],
         defaultSubcommand: TCPCommand.self
     )
+
+    /// `--version` (also `-v` and `version`, cloudflared's spellings) prints the long report —
+    /// commit and C library versions — before the argument parser sees anything; the rest is
+    /// the parser's.
+    static func main() async {
+        if VersionReport.isRequested(by: Array(CommandLine.arguments.dropFirst())) {
+            print(VersionReport.text())
+            return
+        }
+        await main(nil)
+    }
 }
 
 /// `cf-access-tcp access tcp|ssh|rdp|smb …`, the spelling of `cloudflared access …`.
