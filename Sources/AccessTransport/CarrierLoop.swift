@@ -1,5 +1,6 @@
 internal import CCFWebSockets
 internal import CCFShim
+internal import CCFOpenSSL
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -350,6 +351,11 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
         let loop = Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue()
         let logger = loop.logger
         let acceptsUnverified = loop.configuration.connectTo?.skipVerification == true
+        // Without --ca-file, OpenSSL's default places count too: SSL_CERT_FILE and SSL_CERT_DIR
+        // when set (corporate TLS inspection; issue 17.3), else the system's.
+        if loop.configuration.caFile == nil && SSL_CTX_set_default_verify_paths(sslContext) != 1 {
+            logger.debug("OpenSSL could not load its default CA locations (SSL_CERT_FILE, SSL_CERT_DIR)")
+        }
         if !TLSSessionCache.install(on: sslContext, acceptsUnverified: acceptsUnverified) {
             logger.warning("TLS session resumption is off: OpenSSL refused the session hooks")
         }

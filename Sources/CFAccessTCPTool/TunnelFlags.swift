@@ -76,6 +76,6 @@ struct TunnelFlags: ParsableArguments {
     @Option(name: .customLong("logfile"), help: "Write logs to this file (0600) instead of stderr.")
     var logfile: String?
 
-    @Option(name: .customLong("log-directory"), help: "Write logs to cf-access-tcp.log in this directory.")
+    @Option(name: .customLong("log-directory"), help: "Write logs to cf-access-tcp.log in this directory (made 0700 if missing, as cloudflared makes it).")
     var logDirectory: String?
 }
