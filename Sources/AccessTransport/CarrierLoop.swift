@@ -1,6 +1,5 @@
 internal import CCFWebSockets
 internal import CCFShim
-internal import CCFOpenSSL
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -134,7 +133,11 @@ package final class CarrierLoop: @unchecked Sendable {
                     v.port = CONTEXT_PORT_NO_LISTEN
                     v.protocols = UnsafePointer(protocols)
                     v.vhost_name = name
+                    // libwebsockets also loads OpenSSL's default places (SSL_CERT_FILE and
+                    // SSL_CERT_DIR when set, as for curl and Go; issue 17.3) unless told not to:
+                    // with --ca-file, that file alone is trusted.
                     v.options = UInt64(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
+                        | (configuration.caFile == nil ? 0 : UInt64(LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS))
                     v.client_ssl_ca_filepath = ca
                     if let proxy, let settings = configuration.proxy {
                         // Every dial of this vhost goes through the proxy with CONNECT host:port.
@@ -351,11 +354,6 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
         let loop = Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue()
         let logger = loop.logger
         let acceptsUnverified = loop.configuration.connectTo?.skipVerification == true
-        // Without --ca-file, OpenSSL's default places count too: SSL_CERT_FILE and SSL_CERT_DIR
-        // when set (corporate TLS inspection; issue 17.3), else the system's.
-        if loop.configuration.caFile == nil && SSL_CTX_set_default_verify_paths(sslContext) != 1 {
-            logger.debug("OpenSSL could not load its default CA locations (SSL_CERT_FILE, SSL_CERT_DIR)")
-        }
         if !TLSSessionCache.install(on: sslContext, acceptsUnverified: acceptsUnverified) {
             logger.warning("TLS session resumption is off: OpenSSL refused the session hooks")
         }

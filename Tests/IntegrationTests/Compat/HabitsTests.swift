@@ -151,9 +151,10 @@ struct LoginRequestHabitsTests {
         #expect(allowed.status == 0, "\(allowed.stderr)")
         #expect(allowed.stdout == "302", "without a token Access redirects to its login: \(allowed.stdout)")
         #expect(allowed.stderr.contains("no valid Access token for \(testHost)"), "\(allowed.stderr)")
-        // curl's exit status is the command's.
-        let failing = try run(bin, ours + ["--allow-request", app, "--fail", "-o", "/dev/null"] + curlFlags, env: environment, timeout: 60)
-        #expect(failing.status == 22, "\(failing.stderr)")
+        // curl's exit status is the command's (23: it cannot write its output).
+        let failing = try run(bin, ours + ["--allow-request", app, "-o", "/nonexistent/dir/out"] + curlFlags,
+                              env: environment, timeout: 60)
+        #expect(failing.status == 23, "\(failing.stderr)")
         #expect(world.browserOpens.isEmpty, "-ar must not log in")
 
         let page = try run(bin, ours + [app] + curlFlags, env: environment, timeout: 60)
