@@ -54,6 +54,9 @@ struct LoginCommand: AsyncParsableCommand {
             writeStdout(token + (isatty(STDOUT_FILENO) == 1 ? "\n" : ""))
         case .verbose:
             writeStdout("Successfully fetched your token:\n\n\(token)\n\n")
+        }
+        // The note on stderr, unless only the token was asked for (--no-verbose, -app).
+        if !noVerbose && app == nil {
             let directory = auth.login.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment)
             writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(directory)")
         }
