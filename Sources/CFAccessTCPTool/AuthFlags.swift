@@ -73,7 +73,8 @@ struct LoginFlags: ParsableArguments {
 struct AuthFlags: ParsableArguments {
     @OptionGroup var login: LoginFlags
 
-    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    @Option(name: .customLong("ca-file"),
+            help: "PEM file of CA certificates to trust instead of the system store (and of SSL_CERT_FILE, SSL_CERT_DIR, which are honoured without it).")
     var caFile: String?
 
     @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")
@@ -97,7 +98,8 @@ struct CacheFlags: ParsableArguments {
             help: "HOST:PORT:ADDRESS: connect to ADDRESS for HOST:PORT, like curl --resolve (repeatable).")
     var resolve: [String] = []
 
-    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    @Option(name: .customLong("ca-file"),
+            help: "PEM file of CA certificates to trust instead of the system store (and of SSL_CERT_FILE, SSL_CERT_DIR, which are honoured without it).")
     var caFile: String?
 
     @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")

@@ -37,7 +37,8 @@ struct CurlCommand: AsyncParsableCommand {
         guard url.lowercased().hasPrefix("https://") || url.lowercased().hasPrefix("http://") else {
             throw usageFailure("\(url) is not an http(s) URL: give the application URL first, e.g. https://app.example.com/")
         }
-        let origin = try parseApplicationURL(url)
+        // The application is the URL without its query and fragment (curl gets it whole).
+        let origin = try parseApplicationURL(String(url.prefix { $0 != "?" && $0 != "#" }))
         let provider = try makeProvider(flags: auth)
         let allow = allowRequest
         let token: String?

@@ -164,7 +164,8 @@ struct LoginRequestHabitsTests {
         let token = try String(contentsOf: world.appTokenFile, encoding: .utf8)
         #expect(!page.stdout.contains(token) && !page.stderr.contains(token))
 
-        let cached = try run(bin, ours + ["-ar", app, "-o", "/dev/null", "-w", "%{http_code}"] + curlFlags, env: environment, timeout: 60)
+        let cached = try run(bin, ours + ["-ar", app + "?page=2#top", "-o", "/dev/null", "-w", "%{http_code}"] + curlFlags,
+                             env: environment, timeout: 60)
         #expect(cached.stdout == "200", "\(cached.stdout) \(cached.stderr)")
         #expect(world.browserOpens.count == 1)
 
