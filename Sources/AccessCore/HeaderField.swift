@@ -23,19 +23,30 @@ public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomD
     ]
 
     /// Words that make any header name secret-looking (`X-Api-Key`, `X-Auth-Token`,
-    /// `My-Password`, `Set-Cookie`, `X-Credential`, `X-Passphrase`, `X-Otp`, `X-Forwarded-Jwt`…),
-    /// so a custom `-H` credential is never logged either.
-    public static let secretNameWords = [
-        "key", "token", "secret", "auth", "pass", "cookie", "session", "credential", "jwt", "otp", "signature",
-        "private",
-    ]
+    /// `My-Password`, `Set-Cookie`…), so a custom `-H` credential is never logged either.
+    public static let secretNameWords = ["key", "token", "secret", "auth", "password", "passwd", "cookie", "session"]
+
+    /// More words that make a header name secret-looking (`X-Credential`, `X-Passphrase`,
+    /// `X-Otp`, `X-Forwarded-Jwt`, `X-Signature`…). In free text (`Redaction.scrub`) they mark a
+    /// header only in a name with a `-`, so a sentence such as "not a JWT: …" stays readable.
+    public static let credentialNameWords = ["pass", "credential", "jwt", "otp", "signature", "private"]
 
     /// Whether a header called `name` carries a secret (case-insensitive): one of
-    /// `secretNames`, or a name containing one of `secretNameWords`.
+    /// `secretNames`, or a name containing one of `secretNameWords` or `credentialNameWords`.
     public static func isSecretName(_ name: String) -> Bool {
         let lowered = name.asciiLowercased
         return secretNames.contains { $0.asciiLowercased == lowered }
             || secretNameWords.contains { lowered.contains($0) }
+            || credentialNameWords.contains { lowered.contains($0) }
+    }
+
+    /// `isSecretName` for a `Name:` found in free text: a `credentialNameWords` word counts only
+    /// in a name with a `-` (a header's shape).
+    static func isSecretNameInText(_ name: String) -> Bool {
+        let lowered = name.asciiLowercased
+        return secretNames.contains { $0.asciiLowercased == lowered }
+            || secretNameWords.contains { lowered.contains($0) }
+            || (lowered.contains("-") && credentialNameWords.contains { lowered.contains($0) })
     }
 
     /// Authorization schemes whose next word is a credential (`Bearer …`, `Basic …`),

@@ -105,6 +105,13 @@ struct HeaderFieldTests {
         #expect(HeaderField.isSecretName(name))
         let header = HeaderField(name: name, value: "123456")
         #expect(header.redactedLine == "\(name): [redacted]")
+        #expect(!Redaction.scrub("\(name): 123456").contains("123456"))
+    }
+
+    @Test("a sentence with such a word before a colon stays readable")
+    func credentialWordsInSentences() {
+        let text = "the metadata is not a JWT: it does not have three dot-separated parts"
+        #expect(Redaction.scrub(text) == text)
     }
 
     @Test("issue 16.5: a value that looks like a credential is redacted under any name", arguments: [
