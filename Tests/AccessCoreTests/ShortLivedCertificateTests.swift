@@ -14,6 +14,12 @@ struct ShortLivedCertificateTests {
     static let hostCertificate = "ssh-ed25519-cert-v01@openssh.com AAAAIHNzaC1lZDI1NTE5LWNlcnQtdjAxQG9wZW5zc2guY29tAAAAIGTppWMVr84xdV13OeUV0dGDkpTehTKkIgcbl4qpkryNAAAAIHT3GaxywNWQDATQZ7I4ri8e5bJvmP+LbS2CkPXKEmwXAAAAAAAAAAAAAAACAAAABmhvc3QtMQAAAA0AAAAJaC5leGFtcGxlAAAAAAAAAAD//////////wAAAAAAAAAAAAAAAAAAAGgAAAATZWNkc2Etc2hhMi1uaXN0cDI1NgAAAAhuaXN0cDI1NgAAAEEEvT88RWIjuJ4ouxVAxyzjZB3N9r/qaHHHLR1RGE2DwKap8JEL1lEXQUgRDp/RXv6e2+3xdIFiRHuRYLfhUxl4SAAAAGQAAAATZWNkc2Etc2hhMi1uaXN0cDI1NgAAAEkAAAAgdfjvDBsx0JJh1zq4Dw+VAf+Uc249UKeJvwUSRAiYaysAAAAhAMUDvehE14+17NcdnM3Ej4kB2xqCX35WDpinHPhgqexQ root@vm"
     static let edPublicKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHT3GaxywNWQDATQZ7I4ri8e5bJvmP+LbS2CkPXKEmwX root@vm"
 
+    // `ssh-keygen -s ca -I r -n u -V always:forever` for an RSA and an ECDSA P-384 key.
+    static let rsaPublicKey = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQD6efgKS1WYyHc0v1Ygx2IF+Z9ObUiCoYUE6BwoVt8saQE8Jp/temo1HlqyKT8NIwF2btIk2VKttVZJKcBHjXQaWAhqhBHknDrt+TTseScx34tmAWFHuT7vHUKukeiinCdcN86QR9LJOEjEt1nx8L/toKI6zy4ocuPVBsRDye3mBQ=="
+    static let rsaCertificate = "ssh-rsa-cert-v01@openssh.com AAAAHHNzaC1yc2EtY2VydC12MDFAb3BlbnNzaC5jb20AAAAgEtwLkepU+qJlrinFskbmxrx1HhQoUPBpSXDiwKIEWPEAAAADAQABAAAAgQD6efgKS1WYyHc0v1Ygx2IF+Z9ObUiCoYUE6BwoVt8saQE8Jp/temo1HlqyKT8NIwF2btIk2VKttVZJKcBHjXQaWAhqhBHknDrt+TTseScx34tmAWFHuT7vHUKukeiinCdcN86QR9LJOEjEt1nx8L/toKI6zy4ocuPVBsRDye3mBQAAAAAAAAAAAAAAAQAAAAFyAAAABQAAAAF1AAAAAAAAAAD//////////wAAAAAAAACCAAAAFXBlcm1pdC1YMTEtZm9yd2FyZGluZwAAAAAAAAAXcGVybWl0LWFnZW50LWZvcndhcmRpbmcAAAAAAAAAFnBlcm1pdC1wb3J0LWZvcndhcmRpbmcAAAAAAAAACnBlcm1pdC1wdHkAAAAAAAAADnBlcm1pdC11c2VyLXJjAAAAAAAAAAAAAABoAAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBL0/PEViI7ieKLsVQMcs42Qdzfa/6mhxxy0dURhNg8CmqfCRC9ZRF0FIEQ6f0V7+ntvt8XSBYkR7kWC34VMZeEgAAABjAAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAABIAAAAICdaJyBF4IzfTDNUyK9krF+40DugrDsydpvjqqzD8wQZAAAAIBtfz372Dl0zMMtrhJeukd49UDsGhJLQkTlMTxFXs9dq"
+    static let p384PublicKey = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQAAABhBLPytU7xP8W4NesTGwb2lFzkoCJjrEETtusAXhWeDVpWb4gNnhx0VlIZkLz1lhL98aFRiPk30PWjEPPyXuph6UsMhufbHUss0b4utN4PjlJWt1VLg4DE3ByIkla6scIj3g=="
+    static let p384Certificate = "ecdsa-sha2-nistp384-cert-v01@openssh.com AAAAKGVjZHNhLXNoYTItbmlzdHAzODQtY2VydC12MDFAb3BlbnNzaC5jb20AAAAgZatm3Xol1yYtMpJHzED9hQnzwxLX3WThaf3N//hNK20AAAAIbmlzdHAzODQAAABhBLPytU7xP8W4NesTGwb2lFzkoCJjrEETtusAXhWeDVpWb4gNnhx0VlIZkLz1lhL98aFRiPk30PWjEPPyXuph6UsMhufbHUss0b4utN4PjlJWt1VLg4DE3ByIkla6scIj3gAAAAAAAAAAAAAAAQAAAAFlAAAABQAAAAF1AAAAAAAAAAD//////////wAAAAAAAACCAAAAFXBlcm1pdC1YMTEtZm9yd2FyZGluZwAAAAAAAAAXcGVybWl0LWFnZW50LWZvcndhcmRpbmcAAAAAAAAAFnBlcm1pdC1wb3J0LWZvcndhcmRpbmcAAAAAAAAACnBlcm1pdC1wdHkAAAAAAAAADnBlcm1pdC11c2VyLXJjAAAAAAAAAAAAAABoAAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBL0/PEViI7ieKLsVQMcs42Qdzfa/6mhxxy0dURhNg8CmqfCRC9ZRF0FIEQ6f0V7+ntvt8XSBYkR7kWC34VMZeEgAAABkAAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAABJAAAAIBOH3di50L+WcmZUw9P7al33MPJZb1tn4tKduS+QNH+sAAAAIQD+sTtQhwIiJnW9ED15Lcqbp48AugbhvcOPwZ+/FZbHyw=="
+
     static func bytes(hex: String) -> [UInt8] {
         stride(from: 0, to: hex.count, by: 2).map { offset in
             let start = hex.index(hex.startIndex, offsetBy: offset)
@@ -139,5 +145,77 @@ struct ShortLivedCertificateTests {
         let leaky = Array(#"{"status":401,"message":"bad token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"}"#.utf8)
         guard case .refused(_, let message) = Rules.signAnswer(status: 401, body: leaky) else { Issue.record("not refused"); return }
         #expect(!message.contains("eyJ"))
+    }
+
+    @Test("certificates of RSA and ECDSA P-384 keys carry their key")
+    func otherKeyTypes() throws {
+        for (certificate, key) in [(Self.rsaCertificate, Self.rsaPublicKey), (Self.p384Certificate, Self.p384PublicKey)] {
+            let parsed = try OpenSSHCertificate.parse(certificate)
+            #expect(parsed.publicKey == (try OpenSSHPublicKey.parse(key)))
+            #expect(parsed.principals == ["u"] && parsed.validAfter == 0 && parsed.expiresAt == nil)
+        }
+    }
+
+    /// A certificate blob made by hand: `type`, a nonce, then `rest`.
+    static func handmade(_ type: String, inner: String? = nil, rest: [UInt8]) -> String {
+        func string(_ bytes: [UInt8]) -> [UInt8] {
+            let n = UInt32(bytes.count)
+            return [UInt8(n >> 24), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)] + bytes
+        }
+        let blob = string(Array((inner ?? type).utf8)) + string([1, 2, 3]) + rest
+        return type + " " + Data(blob).base64EncodedString()
+    }
+
+    @Test("hand-made certificates: an unknown key type, another type inside, a name that is not UTF-8, bytes after the end")
+    func handmadeCertificates() throws {
+        func reason(_ line: String) -> String {
+            do {
+                _ = try OpenSSHCertificate.parse(line)
+                return "parsed"
+            } catch {
+                return error.reason
+            }
+        }
+        #expect(reason(Self.handmade("ssh-foo-cert-v01@openssh.com", rest: [])) == "certificates for \"ssh-foo\" keys are not understood")
+        #expect(reason(Self.handmade("ssh-ed25519-cert-v01@openssh.com", inner: "ssh-rsa-cert-v01@openssh.com", rest: []))
+                == "the certificate inside is of another type")
+        #expect(reason(Self.handmade("ssh-ed25519-cert-v01@openssh.com", inner: "ssh-ed25519-cert-v01@openssh.com\u{FF}", rest: []))
+                == "the certificate inside is of another type")
+        #expect(reason("ssh-rsa AAAA") == "\"ssh-rsa\" is not an OpenSSH certificate type")
+        #expect(reason("ssh-ed25519-cert-v01@openssh.com") == "it is not \"type base64 [comment]\"")
+        #expect(reason("ssh-ed25519-cert-v01@openssh.com ***") == "the base64 part does not decode")
+        let blob = Array(Data(base64Encoded: String(Self.userCertificate.split(separator: " ")[1]))!)
+        #expect(reason("ecdsa-sha2-nistp256-cert-v01@openssh.com " + Data(blob + [0]).base64EncodedString())
+                == "it has bytes after the signature")
+        // A principal that is not UTF-8.
+        var principals = [UInt8]()
+        principals += [0, 0, 0, 2, 0xC3, 0x28]
+        let ed = Array(Data(base64Encoded: String(Self.edPublicKey.split(separator: " ")[1]))!).suffix(36)
+        let rest = Array(ed) + [UInt8](repeating: 0, count: 12) + [0, 0, 0, 0] + [0, 0, 0, 6] + principals
+        #expect(reason(Self.handmade("ssh-ed25519-cert-v01@openssh.com", rest: rest)) == "a name is not UTF-8")
+        #expect(throws: OpenSSHFormatError.self) { try OpenSSHPublicKey.parse("ecdsa-sha2-nistp256") }
+        #expect(throws: OpenSSHFormatError.self) {
+            try OpenSSHPublicKey.parse("ecdsa-sha2-nistp256 " + Data([0, 0, 0, 9, 0xFF, 0xFE, 0xFD, 0, 0, 0, 0, 0, 0]).base64EncodedString())
+        }
+    }
+
+    @Test("every renewal reason reads as a phrase")
+    func renewalReasons() {
+        typealias Reason = ShortLivedCertificateRules.RenewalReason
+        let phrases = [Reason.missing, .unreadable("x"), .otherKey, .notAUserCertificate, .notYetValid, .expired,
+                       .expiresSoon(seconds: 12)].map(\.description)
+        #expect(phrases == ["there is no certificate yet", "the certificate file cannot be read (x)",
+                            "the certificate is for another key", "the certificate is not a user certificate",
+                            "the certificate is not valid yet", "the certificate has expired", "the certificate expires in 12 s"])
+        #expect(ShortLivedCertificateRules.signAnswer(status: 500, body: []) == .refused(status: 500, message: "no message"))
+    }
+
+    @Test("a refused signature is an authentication failure for a 4xx, a retryable transport failure otherwise")
+    func refusalFailures() {
+        let client = TunnelFailure.certificateRefused(host: "h", status: 403, message: "off")
+        #expect(client.kind == .certificateRefused && client.category == .authentication && !client.isRetryable)
+        #expect(client.message.hasPrefix("Cloudflare Access did not sign an SSH certificate for h (403: off)"))
+        let server = TunnelFailure.certificateRefused(host: "h", status: 503, message: "down")
+        #expect(server.category == .transport && server.isRetryable)
     }
 }

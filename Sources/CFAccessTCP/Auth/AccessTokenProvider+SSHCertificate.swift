@@ -28,7 +28,6 @@ extension AccessTokenProvider {
     /// or a new one signed by Access (logging in first, as a connection would, when there is no
     /// valid app token). The key pair on disk is reused; a missing or unusable one is made anew.
     public func shortLivedCertificate(for origin: OriginURL) async throws(TunnelFailure) -> ShortLivedCertificate {
-        let app = try await discover(origin)
         let keyName = ShortLivedCertificateRules.keyFileName(for: origin)
         let publicName = ShortLivedCertificateRules.publicKeyFileName(for: origin)
         let certificateName = ShortLivedCertificateRules.certificateFileName(for: origin)
@@ -46,6 +45,8 @@ extension AccessTokenProvider {
                                          renewed: false)
         }
         logger.debug("asking Access for an SSH certificate", metadata: ["host": "\(origin.host)", "reason": "\(reason.map { "\($0)" } ?? "")"])
+        // Only now the network: a good certificate on disk needs none (ssh runs this before every connection).
+        let app = try await discover(origin)
 
         var line: String?
         for attempt in 1...2 {

@@ -112,6 +112,13 @@ struct ShortLivedCertificateTests {
         #expect(try world.login.counter("sshCertificatesSigned") == 1)
         #expect(try String(contentsOf: world.keyFile, encoding: .utf8) == key)
 
+        // ssh-gen with a good certificate: quiet (ssh shows its stderr) and without a request.
+        let requests = try world.login.counter("metadataRequests")
+        let quiet = try run(try TestPaths.binary("cf-access-tcp"), ["access", "ssh-gen", "--hostname", testHost]
+                                + world.login.commonArguments, env: try world.login.browserEnvironment(), timeout: 60)
+        #expect(quiet.status == 0 && quiet.stdout.isEmpty && quiet.stderr.isEmpty, "\(quiet.stderr)")
+        #expect(try world.login.counter("metadataRequests") == requests, "a good certificate needs no request")
+
         // An expired certificate is renewed on the next connection (sshd refuses the expired one).
         try world.expireCertificate()
         let third = try world.ssh("echo renewed")
