@@ -51,8 +51,10 @@ final class SSHUserCA: @unchecked Sendable {
     /// (clock skew) for `validitySeconds`.
     func sign(publicKeyLine: String, principal: String) throws -> Signed {
         let key = try caKey()
-        let fields = publicKeyLine.split(separator: " ")
-        guard !publicKeyLine.contains(where: \.isNewline), fields.count >= 2,
+        // cloudflared sends the authorized_keys form, newline included (Go's MarshalAuthorizedKey).
+        let line = publicKeyLine.trimmingCharacters(in: .whitespacesAndNewlines)
+        let fields = line.split(separator: " ")
+        guard !line.contains(where: \.isNewline), fields.count >= 2,
               fields[0].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-@.".contains($0)) }),
               !fields[0].hasSuffix("-cert-v01@openssh.com") else {
             throw EdgeError("public_key is not one OpenSSH public key line")

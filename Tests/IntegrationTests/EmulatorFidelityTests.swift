@@ -117,4 +117,34 @@ struct EmulatorFidelityTests {
             #expect(refused.stderr.contains("502"), "\(extra): \(refused.stderr)")
         }
     }
+
+    @Test("cert_sign takes the public key as cloudflared sends it, newline and all, and signs it for the email's user name")
+    func certSignAsCloudflaredSendsIt() throws {
+        let world = try LoginWorld(target: "127.0.0.1:9", edgeArguments: ["--login-email", "cfat-key@example.test"])
+        let token = try world.admin("issue?kind=app")
+        let scratch = try makeTempDir("cfat-certsign")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let key = scratch.appendingPathComponent("key")
+        #expect(try run("ssh-keygen", ["-q", "-t", "ecdsa", "-b", "256", "-N", "", "-f", key.path], timeout: 30).status == 0)
+        let publicKey = try String(contentsOf: key.appendingPathExtension("pub"), encoding: .utf8)   // ends with "\n"
+        let body = try JSONSerialization.data(withJSONObject: [
+            "public_key": publicKey, "jwt": token, "issuer": "https://\(loginTeamDomain)",
+        ])
+        let curl = which("curl")
+        try requireRealPart(curl != nil, "curl (package curl)")
+        let result = try run(URL(fileURLWithPath: curl!), [
+            "-sS", "--max-time", "30", "--noproxy", "*", "--cacert", world.edge.certs.caFile.path,
+            "--resolve", "\(loginTeamDomain):443:\(world.siteAddresses[loginTeamDomain]!)",
+            "-H", "Content-Type: application/json", "--data-binary", "@-",
+            "https://\(loginTeamDomain)/cdn-cgi/access/cert_sign",
+        ], stdin: body, timeout: 60)
+        let answer = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any],
+                                  "\(result.stdout) \(result.stderr)")
+        let certificate = try #require(answer["certificate"] as? String, "\(answer)")
+        let certificateFile = scratch.appendingPathComponent("key-cert.pub")
+        try certificate.write(to: certificateFile, atomically: true, encoding: .utf8)
+        let listing = try run("ssh-keygen", ["-L", "-f", certificateFile.path], timeout: 30)
+        #expect(listing.stdout.contains("user certificate") && listing.stdout.contains("cfat-key"), "\(listing.stdout)")
+        #expect(answer["expires_at"] is String && answer["id"] is String)
+    }
 }
