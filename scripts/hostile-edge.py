@@ -20,6 +20,9 @@ Modes (every connection of the process gets the same mode):
   echo-close      echoes binary frames; answers a Close; after the client's Close waits for
                   the TLS close_notify and logs `tls-close-notify` (or `tls-eof-without-close-notify`)
 
+--log-header NAME (any mode, repeatable): each request line of header NAME (any case) is logged
+as `header <Name as sent>: <value>`, in the order received (a test checks what the client sent).
+
 --hold-handshake FILE (any mode): each connection logs `client-hello N` once the client's TLS
 ClientHello has arrived, then holds the TLS handshake (no ServerHello) until FILE exists. A test
 uses it to do something while a client's handshake is half done.
@@ -57,7 +60,7 @@ def frame(opcode, payload, fin=True):
     return head + payload
 
 
-def read_request(conn):
+def read_request(conn, log_headers=()):
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(4096)
@@ -72,6 +75,8 @@ def read_request(conn):
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"sec-websocket-key":
             key = value.strip()
+        if name.strip().lower().decode("latin-1") in log_headers:
+            log("header " + name.strip().decode("latin-1") + ": " + value.strip().decode("latin-1"))
     return key, rest
 
 
@@ -175,7 +180,7 @@ def wait_tls_end(conn):
 
 
 def serve(conn, args, index):
-    got = read_request(conn)
+    got = read_request(conn, [name.lower() for name in args.log_header])
     if got is None:
         return
     key, pending = got
@@ -242,6 +247,7 @@ def main():
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--close-payload", default="")
     parser.add_argument("--hold-handshake", default="")
+    parser.add_argument("--log-header", action="append", default=[])
     args = parser.parse_args()
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -1,7 +1,8 @@
 /// One HTTP header to send on the WebSocket upgrade.
 ///
-/// Its `description` and reflection show the value of a secret header (see
-/// `HeaderField.secretNames`) as `[redacted]`, so printing a header never leaks a credential.
+/// Its `description` and reflection show the value of a secret header as `[redacted]` (see
+/// `isSecret`: a secret-sounding name, or a value that looks like a credential under any name),
+/// so printing or logging a header never leaks a credential.
 public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The header name as given (HTTP header names compare case-insensitively).
     public let name: String
@@ -25,16 +26,75 @@ public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomD
     /// `My-Password`, `Set-Cookie`…), so a custom `-H` credential is never logged either.
     public static let secretNameWords = ["key", "token", "secret", "auth", "password", "passwd", "cookie", "session"]
 
+    /// More words that make a header name secret-looking (`X-Credential`, `X-Passphrase`,
+    /// `X-Otp`, `X-Forwarded-Jwt`, `X-Signature`…). In free text (`Redaction.scrub`) they mark a
+    /// header only in a name with a `-`, so a sentence such as "not a JWT: …" stays readable.
+    public static let credentialNameWords = ["pass", "credential", "jwt", "otp", "signature", "private"]
+
     /// Whether a header called `name` carries a secret (case-insensitive): one of
-    /// `secretNames`, or a name containing one of `secretNameWords`.
+    /// `secretNames`, or a name containing one of `secretNameWords` or `credentialNameWords`.
     public static func isSecretName(_ name: String) -> Bool {
         let lowered = name.asciiLowercased
         return secretNames.contains { $0.asciiLowercased == lowered }
             || secretNameWords.contains { lowered.contains($0) }
+            || credentialNameWords.contains { lowered.contains($0) }
     }
 
-    /// Whether this header's value is a secret.
-    public var isSecret: Bool { Self.isSecretName(name) }
+    /// `isSecretName` for a `Name:` found in free text: a `credentialNameWords` word counts only
+    /// in a name with a `-` (a header's shape).
+    static func isSecretNameInText(_ name: String) -> Bool {
+        let lowered = name.asciiLowercased
+        return secretNames.contains { $0.asciiLowercased == lowered }
+            || secretNameWords.contains { lowered.contains($0) }
+            || (lowered.contains("-") && credentialNameWords.contains { lowered.contains($0) })
+    }
+
+    /// Authorization schemes whose next word is a credential (`Bearer …`, `Basic …`),
+    /// compared case-insensitively.
+    public static let credentialSchemes = ["bearer", "basic", "digest", "negotiate", "token", "bot", "apikey"]
+
+    /// Whether a header value looks like a credential whatever its header's name: a JWT
+    /// (`eyJ….….…`), an authorization scheme followed by a value (`Bearer x`, `Basic x`), or a
+    /// long random token (a word of 20 or more letters, digits and `-_.+/=~` with both letters
+    /// and digits). Host names, paths, dates and versions are shorter or have no such word.
+    public static func looksLikeCredential(_ value: String) -> Bool {
+        let words = value.split { $0 == " " || $0 == "\t" || $0 == "," || $0 == ";" }.map { Array($0.unicodeScalars) }
+        if let first = words.first, words.count > 1,
+           credentialSchemes.contains(String(scalars: first).asciiLowercased) {
+            return true
+        }
+        for word in words {
+            // Each `=`-separated piece too: `sid=<token>`.
+            for piece in [word] + word.split(separator: "=").map(Array.init) {
+                if Redaction.isJWTShaped(piece) || (piece.starts(with: "eyJ".unicodeScalars) && piece.contains(".")) {
+                    return true
+                }
+            }
+            if isRandomToken(word) { return true }
+        }
+        return false
+    }
+
+    /// 20+ token characters with letters and digits mixed.
+    private static func isRandomToken(_ word: [Unicode.Scalar]) -> Bool {
+        guard word.count >= 20 else { return false }
+        var letters = false
+        var digits = false
+        for scalar in word {
+            if scalar.isASCIILetter {
+                letters = true
+            } else if scalar.isASCIIDigit {
+                digits = true
+            } else if !"-_.+/=~".unicodeScalars.contains(scalar) {
+                return false
+            }
+        }
+        return letters && digits
+    }
+
+    /// Whether this header's value is a secret: its name says so (`isSecretName`), or its
+    /// value looks like one (`looksLikeCredential`).
+    public var isSecret: Bool { Self.isSecretName(name) || Self.looksLikeCredential(value) }
 
     /// `Name: value`, or `Name: [redacted]` for a secret header: the only form to log.
     public var redactedLine: String {

@@ -62,7 +62,7 @@ public enum Redaction {
                 output.append(placeholder)
                 continue
             }
-            if isHeaderName && HeaderField.isSecretName(String(word.dropLast())) {
+            if isHeaderName && HeaderField.isSecretNameInText(String(word.dropLast())) {
                 output.append(word)
                 inSecretHeaderValue = true
                 continue

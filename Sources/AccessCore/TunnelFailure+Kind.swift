@@ -64,6 +64,8 @@ extension TunnelFailure {
         public static let loginLockTimedOut = Kind("login-lock-timed-out")
         /// Cloudflare's login transfer service failed (HTTP 5xx).
         public static let transferServiceFailed = Kind("transfer-service-failed")
+        /// Access did not sign a short-lived SSH certificate (`cert_sign` answered an error).
+        public static let certificateRefused = Kind("certificate-refused")
 
         // MARK: Configuration
 
@@ -106,7 +108,7 @@ extension TunnelFailure {
             .dns, .connectionRefused, .networkUnavailable, .timedOut, .tls, .proxyRefused, .originUnavailable,
             .rateLimited, .connectionLost, .requestFailed, .loginRequired, .accessRejected, .accessDenied,
             .metadataInvalid, .keySetUnavailable, .loginFailed, .loginTimedOut, .loginCancelled, .loginLockTimedOut,
-            .transferServiceFailed, .noAccessApplication, .notFound, .unexpectedRedirect, .tokenCache, .configuration,
+            .transferServiceFailed, .certificateRefused, .noAccessApplication, .notFound, .unexpectedRedirect, .tokenCache, .configuration,
             .protocolViolation, .unexpectedStatus, .oversizedAnswer, .outOfFileDescriptors, .localIO, .invalidState,
             .internal, .unspecified,
         ]

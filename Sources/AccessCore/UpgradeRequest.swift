@@ -30,7 +30,8 @@ public struct UpgradeRequest: Sendable, Equatable, CustomStringConvertible, Cust
     /// The origin to dial; the carrier sends `Host: origin.hostHeader` and requests
     /// `origin.webSocketURL`.
     public let origin: OriginURL
-    /// The headers to send, in order, each name once. Neither `Host` nor the WebSocket
+    /// The headers to send, in order: each built-in name once, and every value of a `-H` name
+    /// that repeats (one line each, as cloudflared sends them). Neither `Host` nor the WebSocket
     /// protocol headers (`Upgrade`, `Connection`, `Sec-WebSocket-*`): the carrier adds those.
     public let headers: [HeaderField]
 
@@ -43,7 +44,7 @@ public struct UpgradeRequest: Sendable, Equatable, CustomStringConvertible, Cust
     /// may be logged.
     public var redactedHeaderLines: [String] { headers.map(\.redactedLine) }
 
-    /// The value of the header called `name` (case-insensitive), if present.
+    /// The (first) value of the header called `name` (case-insensitive), if present.
     public func value(forHeader name: String) -> String? {
         let lowered = name.asciiLowercased
         return headers.first { $0.name.asciiLowercased == lowered }?.value
@@ -69,9 +70,9 @@ public enum RequestBuilder {
     ///
     /// Order: `User-Agent`, `Cf-Access-Token` (if `accessToken`), `Cf-Access-Client-Id` and
     /// `Cf-Access-Client-Secret` (if `serviceToken`), `Cf-Access-Jump-Destination` (if
-    /// `destination`), then `extraHeaders` in the order given. The first header of each name
-    /// wins (case-insensitive): built-in headers beat `-H` duplicates, and the first `-H` of
-    /// a name beats later ones.
+    /// `destination`), then `extraHeaders` in the order given. Built-in headers beat `-H`
+    /// headers of the same name (case-insensitive), which are dropped; a `-H` name given more
+    /// than once sends every value, each on its own line, in order (as cloudflared does).
     ///
     /// - Parameters:
     ///   - userAgent: usually `Version.userAgent`; must be non-empty.
@@ -131,6 +132,7 @@ public enum RequestBuilder {
             add(HeaderField(name: AccessHeaderName.jumpDestination, value: try parseDestination(destination)))
         }
 
+        let builtIn = seen
         for field in extraHeaders {
             try HeaderField.checkName(field.name, option: "--header")
             if AccessHeaderName.isReserved(field.name) {
@@ -138,7 +140,8 @@ public enum RequestBuilder {
                     "--header \(HeaderField.shownName(field.name)) is not allowed: the WebSocket library sets \(field.name) itself")
             }
             try HeaderField.checkValue(field.value, label: "--header \(HeaderField.shownName(field.name))")
-            add(field)
+            // Built-in names are taken; a user name may repeat.
+            if !builtIn.contains(field.name.asciiLowercased) { headers.append(field) }
         }
         return UpgradeRequest(origin: origin, headers: headers)
     }

@@ -36,6 +36,8 @@ enum LoginOpening: Sendable {
 final class AccessAuthority: @unchecked Sendable {
     let settings: AuthSettings
     private let stats: EdgeStats
+    /// The team's SSH user CA (short-lived certificates).
+    let sshCA: SSHUserCA
     /// The emulated user's `sub`, fixed for the process.
     private let subject = UUID().uuidString.lowercased()
 
@@ -70,6 +72,7 @@ final class AccessAuthority: @unchecked Sendable {
     init(settings: AuthSettings, stats: EdgeStats) throws {
         self.settings = settings
         self.stats = stats
+        sshCA = SSHUserCA(keyPath: settings.sshCAKeyPath, validitySeconds: settings.sshCertificateTTL)
         keys = [try RSASigningKey()]
     }
 
@@ -297,6 +300,12 @@ final class AccessAuthority: @unchecked Sendable {
     }
 
     // MARK: Org-token exchange
+
+    /// A valid app token's email, or nil.
+    func appTokenEmail(_ token: String) -> String? {
+        if case .success(let claims) = check(token, kind: .app) { return claims["email"] }
+        return nil
+    }
 
     /// A valid org token's email, or nil.
     func orgTokenEmail(_ token: String) -> String? {

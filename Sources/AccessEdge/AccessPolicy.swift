@@ -29,6 +29,9 @@ struct AccessPolicy: Sendable {
     var authority: AccessAuthority
     /// When set, every upgrade is answered with this status.
     var forcedStatus: HTTPResponseStatus?
+    /// Without a fixed target (a bastion), the `Cf-Access-Jump-Destination`s it may reach
+    /// (`--allow-destination`); any other is refused.
+    var allowedDestinations: [HostPort] = []
 }
 
 /// A complete, small HTTP answer (used for every refusal and for the non-upgrade endpoints).
@@ -68,15 +71,32 @@ extension AccessPolicy {
             return .reject(loginRedirect(for: head))
         }
         if let fixedTarget {
+            // A fixed service ignores the jump destination, as a non-bastion ingress rule does.
             return .accept(target: fixedTarget)
         }
+        // A bastion (cloudflared's `bastion` service): the client names the destination. When
+        // the origin cannot proxy, Cloudflare answers 502; so does the emulator.
         guard let value = head.headers.first(name: "Cf-Access-Jump-Destination") else {
-            return .reject(.text(.badRequest, "missing Cf-Access-Jump-Destination header"))
+            return .reject(.text(.badGateway, "Bad Gateway: no Cf-Access-Jump-Destination header: this hostname is a "
+                                     + "bastion, the client must name the destination (cloudflared's --destination)"))
         }
-        guard let target = HostPort(parsing: value) else {
-            return .reject(.text(.badRequest, "invalid Cf-Access-Jump-Destination header (want host:port)"))
+        guard let target = Self.jumpDestination(value) else {
+            return .reject(.text(.badGateway, "Bad Gateway: invalid Cf-Access-Jump-Destination header (want host:port)"))
+        }
+        guard allowedDestinations.contains(where: { $0.host.lowercased() == target.host.lowercased() && $0.port == target.port })
+        else {
+            return .reject(.text(.badGateway, "Bad Gateway: the bastion may not reach \(target) (not in --allow-destination)"))
         }
         return .accept(target: target)
+    }
+
+    /// The `host:port` of a jump destination header, as cloudflared's bastion reads it: a
+    /// scheme (`tcp://`) and a path are dropped.
+    static func jumpDestination(_ value: String) -> HostPort? {
+        var text = Substring(value.trimmingCharacters(in: .whitespaces))
+        if let scheme = text.range(of: "://") { text = text[scheme.upperBound...] }
+        if let slash = text.firstIndex(of: "/") { text = text[..<slash] }
+        return HostPort(parsing: String(text))
     }
 
     /// True when the request carries a configured service token pair, a fixed app token, or

@@ -11,6 +11,8 @@ enum EdgeReply {
     /// Hold the request (a long poll): ask `check` again every 100 ms until it has a response,
     /// or send `otherwise` after `seconds`.
     case held(seconds: Int, otherwise: EdgeResponse, check: @Sendable () -> EdgeResponse?)
+    /// Work that blocks (running `ssh-keygen`): done off the event loop, then its response sent.
+    case deferred(@Sendable () -> EdgeResponse)
 }
 
 /// Cloudflare's side of the login protocol and the emulator's admin API, routed by `Host`
@@ -18,7 +20,8 @@ enum EdgeReply {
 ///
 /// - any host, path under `/cdn-cgi/edge/admin/`: the admin API (POST);
 /// - any host with `cf-access-metadata-request: true`: app discovery (`cf-access-metadata`);
-/// - `<team>.cloudflareaccess.com`: `/cdn-cgi/access/certs` (JWKS), `/cdn-cgi/access/login/<app host>`;
+/// - `<team>.cloudflareaccess.com`: `/cdn-cgi/access/certs` (JWKS), `/cdn-cgi/access/login/<app host>`,
+///   `/cdn-cgi/access/cert_sign` (short-lived SSH certificates);
 /// - `login.cloudflareaccess.org` (and `login.fed.…`): `/transfer/<client public key>`;
 /// - any other host is the application: `/cdn-cgi/access/cli`, `/cdn-cgi/access/authorized`,
 ///   `?cloudflared_token_check=true`, and every other path as an Access-protected page.
@@ -39,19 +42,29 @@ struct AuthRoutes: Sendable {
     private var authority: AccessAuthority { policy.authority }
     private var settings: AuthSettings { policy.authority.settings }
 
-    /// Answers one request that is not a WebSocket upgrade.
-    func reply(to head: HTTPRequestHead) -> EdgeReply {
+    /// Answers one request that is not a WebSocket upgrade; `body` is what it carried.
+    func reply(to head: HTTPRequestHead, body: [UInt8] = []) -> EdgeReply {
         let request = EdgeRequest(head)
         do {
-            return try route(request, head: head)
+            return try route(request, head: head, body: body)
         } catch {
             log.error("\(request.method) \(request.path) failed: \(error)")
             return .response(.text(.internalServerError, "emulator error: \(error)"))
         }
     }
 
-    private func route(_ request: EdgeRequest, head: HTTPRequestHead) throws -> EdgeReply {
+    private func route(_ request: EdgeRequest, head: HTTPRequestHead, body: [UInt8]) throws -> EdgeReply {
         if request.path.hasPrefix(Self.adminPrefix) {
+            if request.path == Self.adminPrefix + "ssh-ca" && request.method == .POST {
+                let ca = authority.sshCA
+                return .deferred {
+                    do {
+                        return EdgeResponse(status: .ok, headers: [("Content-Type", "text/plain")], body: try ca.publicKeyLine())
+                    } catch {
+                        return .text(.internalServerError, "\(error)")
+                    }
+                }
+            }
             return .response(try admin(request))
         }
         if request.headers.first(name: "cf-access-metadata-request")?.lowercased() == "true" {
@@ -66,6 +79,9 @@ struct AuthRoutes: Sendable {
             }
             if request.path.hasPrefix("/cdn-cgi/access/login/") {
                 return .response(login(request))
+            }
+            if request.path == "/cdn-cgi/access/cert_sign" {
+                return certSign(request, body: body)
             }
             return .response(.text(.notFound, "not found"))
         }
@@ -236,6 +252,59 @@ struct AuthRoutes: Sendable {
                             body: "")
     }
 
+    /// `POST /cdn-cgi/access/cert_sign` on the team domain: `{"public_key","jwt","issuer"}` →
+    /// `{"id","certificate","expires_at"}`, the key signed by the team's SSH user CA for the
+    /// principal that is the local part of the token's email; errors are `{"status","message"}`.
+    private func certSign(_ request: EdgeRequest, body: [UInt8]) -> EdgeReply {
+        stats.record(.certSignRequest)
+        guard request.method == .POST else {
+            return .response(Self.jsonError(.methodNotAllowed, "use POST"))
+        }
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
+              let publicKey = object["public_key"] as? String, let token = object["jwt"] as? String,
+              let issuer = object["issuer"] as? String else {
+            return .response(Self.jsonError(.badRequest, "the body must be JSON with public_key, jwt and issuer"))
+        }
+        guard issuer == settings.issuer else {
+            log.info("cert_sign: issuer \(issuer) is not \(settings.issuer)")
+            return .response(Self.jsonError(.badRequest, "issuer does not match this team"))
+        }
+        guard let email = authority.appTokenEmail(token) else {
+            log.info("cert_sign: no valid app token")
+            return .response(Self.jsonError(.unauthorized, "invalid or expired token"))
+        }
+        if settings.certSignMode == .refuse {
+            log.info("cert_sign: refused (--cert-sign-mode refuse)")
+            return .response(Self.jsonError(.forbidden, "short-lived certificates are not enabled for this application (emulated)"))
+        }
+        let principal = String(email.prefix { $0 != "@" })
+        let ca = authority.sshCA
+        let stats = self.stats
+        let log = self.log
+        return .deferred {
+            do {
+                let signed = try ca.sign(publicKeyLine: publicKey, principal: principal)
+                stats.record(.sshCertificateSigned)
+                log.info("cert_sign: signed a certificate for \(principal), valid \(ca.validitySeconds) s")
+                let formatter = ISO8601DateFormatter()
+                let answer: [String: Any] = ["id": signed.keyID, "certificate": signed.certificate,
+                                             "expires_at": formatter.string(from: signed.expiresAt)]
+                let json = (try? JSONSerialization.data(withJSONObject: answer, options: [.sortedKeys])) ?? Data()
+                return EdgeResponse(status: .ok, headers: [("Content-Type", "application/json")],
+                                    body: String(decoding: json, as: UTF8.self))
+            } catch {
+                log.info("cert_sign: \(error)")
+                return Self.jsonError(.badRequest, "\(error)")
+            }
+        }
+    }
+
+    /// An error as Access's API gives it: `{"status":N,"message":"…"}`.
+    static func jsonError(_ status: HTTPResponseStatus, _ message: String) -> EdgeResponse {
+        EdgeResponse(status: status, headers: [("Content-Type", "application/json")],
+                     body: "{\"status\":\(status.code),\"message\":\(JSONText.quoted(message))}")
+    }
+
     /// An HTTP date (RFC 9110 IMF-fixdate), e.g. `Tue, 24 Nov 2026 13:00:00 GMT`.
     static func cookieDate(_ date: Date) -> String {
         let formatter = DateFormatter()
@@ -249,9 +318,9 @@ struct AuthRoutes: Sendable {
 
     private func admin(_ request: EdgeRequest) throws -> EdgeResponse {
         let action = String(request.path.dropFirst(Self.adminPrefix.count))
-        guard ["complete", "revoke", "rotate-key", "issue", "drop-tunnels"].contains(action) else {
+        guard ["complete", "revoke", "rotate-key", "issue", "drop-tunnels", "ssh-ca"].contains(action) else {
             return .text(.notFound,
-                         "unknown admin action '\(action)': complete, revoke, rotate-key, issue, drop-tunnels")
+                         "unknown admin action '\(action)': complete, revoke, rotate-key, issue, drop-tunnels, ssh-ca")
         }
         guard request.method == .POST else {
             return EdgeResponse(status: .methodNotAllowed, headers: [("Allow", "POST")], body: "use POST\n")

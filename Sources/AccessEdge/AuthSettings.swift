@@ -54,6 +54,15 @@ enum AppSessionLayout: String, CaseIterable, Sendable, ExpressibleByArgument {
     case team
 }
 
+/// How `/cdn-cgi/access/cert_sign` answers: signs, or refuses as for an application without
+/// short-lived certificates.
+enum CertSignMode: String, CaseIterable, Sendable, ExpressibleByArgument {
+    /// Sign the key with the SSH user CA.
+    case ok
+    /// `403 {"status":403,"message":"short-lived certificates are not enabled for this application (emulated)"}`.
+    case refuse
+}
+
 /// Who completes a login opened on the `/cdn-cgi/access/cli` page.
 enum LoginMode: String, CaseIterable, Sendable, ExpressibleByArgument {
     /// Opening the page completes the login at once (a browser where the user is signed in).
@@ -88,6 +97,12 @@ struct AuthSettings: Sendable {
     var orgTokenTTL: Int = 86_400
     /// The `email` of the emulated signed-in user.
     var email: String = "user@example.test"
+    /// The SSH user CA's private key (`--ssh-ca-key`); nil: one made at the first use.
+    var sshCAKeyPath: String?
+    /// Lifetime of a short-lived SSH certificate, in seconds (`--ssh-cert-ttl`).
+    var sshCertificateTTL: Int = 180
+    /// How `cert_sign` answers (`--cert-sign-mode`).
+    var certSignMode: CertSignMode = .ok
 
     /// `<team>.cloudflareaccess.com`.
     var authDomain: String { "\(team).cloudflareaccess.com" }

@@ -4,12 +4,21 @@ import Foundation
 /// certificate it signs, all EC P-256, valid for `validityDays`.
 ///
 /// Files written to `directory`: `ca.pem`, `ca-key.pem`, `server.pem`, `server-key.pem`
-/// (key files mode 0600). The server certificate's SAN holds every host (as DNS, or IP
+/// (key files mode 0600), and with `perHost` `<host>.pem` and `<host>-key.pem` for each host,
+/// valid for that host only. The server certificate's SAN holds every host (as DNS, or IP
 /// when it is an address literal) plus `DNS:localhost`, `IP:127.0.0.1` and `IP:::1`.
 struct CertificateFactory {
     var directory: URL
     var hosts: [String]
     var validityDays = 30
+    /// Also write `<host>.pem` and `<host>-key.pem` per host, each valid for that host only.
+    var perHost = false
+
+    /// The certificate and key files `--per-host` writes for `host`.
+    static func perHostFiles(directory: URL, host: String) -> (certificate: String, key: String) {
+        let name = host.lowercased()
+        return (directory.appendingPathComponent("\(name).pem").path, directory.appendingPathComponent("\(name)-key.pem").path)
+    }
 
     /// Writes the four files or throws an `EdgeError` naming the failing step.
     func generate() throws {
@@ -24,28 +33,46 @@ struct CertificateFactory {
         try fileManager.createDirectory(at: work, withIntermediateDirectories: true)
         defer { try? fileManager.removeItem(at: work) }
 
-        let config = work.appendingPathComponent("openssl.cnf")
-        let csr = work.appendingPathComponent("server.csr")
-        do {
-            try opensslConfiguration().write(to: config, atomically: true, encoding: .utf8)
-        } catch {
-            throw EdgeError("cannot write \(config.path): \(error.localizedDescription)")
-        }
         let caKey = path("ca-key.pem"), caCert = path("ca.pem")
-        let serverKey = path("server-key.pem"), serverCert = path("server.pem")
-
+        let caConfig = work.appendingPathComponent("ca.cnf")
+        do {
+            try opensslConfiguration().write(to: caConfig, atomically: true, encoding: .utf8)
+        } catch {
+            throw EdgeError("cannot write \(caConfig.path): \(error.localizedDescription)")
+        }
         try Self.openssl("CA key", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
                                     "-out", caKey])
         try Self.restrict(caKey)
         try Self.openssl("CA certificate", ["req", "-x509", "-new", "-key", caKey, "-sha256",
                                             "-days", String(validityDays),
                                             "-subj", "/O=cf-access-edge/CN=cf-access-edge test CA",
-                                            "-config", config.path, "-extensions", "ca_ext",
+                                            "-config", caConfig.path, "-extensions", "ca_ext",
                                             "-out", caCert])
+        try issue(certificate: path("server.pem"), key: path("server-key.pem"), hosts: hosts, withLoopback: true,
+                  caCert: caCert, caKey: caKey, work: work)
+        if perHost {
+            for host in hosts {
+                let files = Self.perHostFiles(directory: directory, host: host)
+                try issue(certificate: files.certificate, key: files.key, hosts: [host], withLoopback: false,
+                          caCert: caCert, caKey: caKey, work: work)
+            }
+        }
+    }
+
+    /// A server key and certificate signed by the CA, for `hosts` (and the loopback names).
+    private func issue(certificate: String, key: String, hosts: [String], withLoopback: Bool,
+                       caCert: String, caKey: String, work: URL) throws {
+        let config = work.appendingPathComponent("server-\(UUID().uuidString).cnf")
+        let csr = work.appendingPathComponent("server-\(UUID().uuidString).csr")
+        do {
+            try opensslConfiguration(for: hosts, withLoopback: withLoopback).write(to: config, atomically: true, encoding: .utf8)
+        } catch {
+            throw EdgeError("cannot write \(config.path): \(error.localizedDescription)")
+        }
         try Self.openssl("server key", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                                        "-out", serverKey])
-        try Self.restrict(serverKey)
-        try Self.openssl("server request", ["req", "-new", "-key", serverKey, "-sha256",
+                                        "-out", key])
+        try Self.restrict(key)
+        try Self.openssl("server request", ["req", "-new", "-key", key, "-sha256",
                                             "-subj", "/O=cf-access-edge/CN=\(hosts.first ?? "localhost")",
                                             "-config", config.path, "-out", csr.path])
         try Self.openssl("server certificate", ["x509", "-req", "-in", csr.path,
@@ -53,7 +80,7 @@ struct CertificateFactory {
                                                 "-set_serial", Self.randomSerial(),
                                                 "-days", String(validityDays), "-sha256",
                                                 "-extfile", config.path, "-extensions", "server_ext",
-                                                "-out", serverCert])
+                                                "-out", certificate])
     }
 
     private func path(_ name: String) -> String {
@@ -62,9 +89,14 @@ struct CertificateFactory {
 
     /// The OpenSSL configuration: request defaults and the two extension sections.
     func opensslConfiguration() -> String {
+        opensslConfiguration(for: hosts, withLoopback: true)
+    }
+
+    /// The configuration whose `alt_names` are `hosts` (plus the loopback names when asked).
+    func opensslConfiguration(for hosts: [String], withLoopback: Bool) -> String {
         var dns: [String] = []
         var ips: [String] = []
-        for host in hosts + ["localhost", "127.0.0.1", "::1"] {
+        for host in hosts + (withLoopback ? ["localhost", "127.0.0.1", "::1"] : []) {
             if Self.isIPAddress(host) {
                 if !ips.contains(host) { ips.append(host) }
             } else if !dns.contains(host.lowercased()) {

@@ -9,7 +9,7 @@ struct EdgeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cf-access-edge",
         abstract: "Local Cloudflare Access edge emulator: WebSocket-to-TCP tunnels behind Access-style checks.",
-        subcommands: [Serve.self, Certs.self, Target.self]
+        subcommands: [Serve.self, Certs.self, SSHCA.self, Target.self]
     )
 }
 
@@ -31,8 +31,31 @@ extension EdgeCommand {
         @Option(help: "PEM private key file.")
         var key: String
 
-        @Option(help: "Fixed TCP target HOST:PORT. Without it, Cf-Access-Jump-Destination picks the target.")
+        @Option(help: "Fixed TCP target HOST:PORT. Without it, Cf-Access-Jump-Destination picks the target (a bastion).")
         var target: String?
+
+        @Option(name: .customLong("allow-destination"),
+                help: "Without --target: a Cf-Access-Jump-Destination HOST:PORT the bastion may reach (repeatable); others get 502.")
+        var allowDestinations: [String] = []
+
+        @Option(name: .customLong("site"),
+                help: "HOST=ADDR:PORT: one more listener that serves only HOST, with the certificate from --site-certs (repeatable).")
+        var sites: [String] = []
+
+        @Option(name: .customLong("site-certs"),
+                help: "Directory of per-host certificates (<host>.pem, <host>-key.pem from `certs --per-host`) for --site.")
+        var siteCerts: String?
+
+        @Option(name: .customLong("ssh-ca-key"),
+                help: "The SSH user CA's private key (from `cf-access-edge ssh-ca`); default: one made at the first use.")
+        var sshCAKey: String?
+
+        @Option(name: .customLong("ssh-cert-ttl"), help: "Lifetime of a short-lived SSH certificate, in seconds.")
+        var sshCertTTL = 180
+
+        @Option(name: .customLong("cert-sign-mode"),
+                help: "ok: cert_sign signs; refuse: it answers 403 as for an application without short-lived certificates.")
+        var certSignMode: CertSignMode = .ok
 
         @Option(name: .customLong("service-token"), help: "Accepted service token ID:SECRET (repeatable).")
         var serviceTokens: [String] = []
@@ -107,10 +130,17 @@ extension EdgeCommand {
             let stats = EdgeStats()
             let authority = try AccessAuthority(settings: options.settings, stats: stats)
             let configuration = options.configuration(authority: authority)
+            var server: EdgeServer?
             try ServerLifecycle.run(
                 address: configuration.listen,
                 start: { group in
-                    try EdgeServer(configuration: configuration, stats: stats, group: group).start()
+                    let made = server ?? EdgeServer(configuration: configuration, stats: stats, group: group)
+                    return try made.start()
+                },
+                sites: { group in
+                    let made = EdgeServer(configuration: configuration, stats: stats, group: group)
+                    server = made
+                    return try made.startSites()
                 },
                 announce: { "cf-access-edge listening on \($0)" }
             )
@@ -127,12 +157,17 @@ extension EdgeCommand {
             var forcedStatus: HTTPResponseStatus?
             var tunnel: TunnelSettings
             var settings: AuthSettings
+            var allowedDestinations: [HostPort]
+            var sites: [EdgeSite]
 
             func configuration(authority: AccessAuthority) -> EdgeServerConfiguration {
-                let policy = AccessPolicy(fixedTarget: fixedTarget, serviceTokens: serviceTokens,
+                var policy = AccessPolicy(fixedTarget: fixedTarget, serviceTokens: serviceTokens,
                                           appTokens: appTokens, authority: authority, forcedStatus: forcedStatus)
-                return EdgeServerConfiguration(listen: listen, certificatePath: cert, keyPath: key,
-                                               policy: policy, tunnel: tunnel)
+                policy.allowedDestinations = allowedDestinations
+                var configuration = EdgeServerConfiguration(listen: listen, certificatePath: cert, keyPath: key,
+                                                            policy: policy, tunnel: tunnel)
+                configuration.sites = sites
+                return configuration
             }
         }
 
@@ -181,16 +216,49 @@ extension EdgeCommand {
             guard orgTokenTTL > 0 else { throw ValidationError("--org-token-ttl must be > 0 seconds") }
             guard loginEmail.contains("@") else { throw ValidationError("--login-email must be an email address") }
             guard (0...300).contains(transferHold) else { throw ValidationError("--transfer-hold must be between 0 and 300") }
+            let destinations = try allowDestinations.map { text -> HostPort in
+                guard let parsed = HostPort(parsing: text) else {
+                    throw ValidationError("--allow-destination must be HOST:PORT with a port 1-65535, got '\(text)'")
+                }
+                return parsed
+            }
+            if fixedTarget != nil && !destinations.isEmpty {
+                throw ValidationError("--allow-destination is for a bastion (no --target): give one or the other")
+            }
+            var siteList: [EdgeSite] = []
+            for text in sites {
+                let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2, CertificateFactory.isValidHost(parts[0]),
+                      let address = HostPort(parsing: parts[1], allowsZeroPort: true) else {
+                    throw ValidationError("--site must be HOST=ADDR:PORT, got '\(text)'")
+                }
+                guard let siteCerts else {
+                    throw ValidationError("--site needs --site-certs DIR (made by `cf-access-edge certs --per-host`)")
+                }
+                let host = parts[0].lowercased()
+                let files = CertificateFactory.perHostFiles(directory: URL(fileURLWithPath: siteCerts), host: host)
+                for file in [files.certificate, files.key] where !FileManager.default.fileExists(atPath: file) {
+                    throw ValidationError("--site \(host): \(file) does not exist (make it with `cf-access-edge certs --per-host`)")
+                }
+                siteList.append(EdgeSite(host: host, listen: address, certificatePath: files.certificate, keyPath: files.key))
+            }
+            guard (1...86_400).contains(sshCertTTL) else { throw ValidationError("--ssh-cert-ttl must be 1-86400 seconds") }
+            if let sshCAKey, !FileManager.default.isReadableFile(atPath: sshCAKey) {
+                throw ValidationError("--ssh-ca-key \(sshCAKey) cannot be read")
+            }
             var settings = AuthSettings(team: team.lowercased(), audience: aud, appHostname: appHostname,
                                         metadataMode: metadataMode, transferMode: transferMode,
                                         loginMode: loginMode, rotateKidAfter: rotateKidAfter,
                                         appTokenTTL: tokenTTL, orgTokenTTL: orgTokenTTL, email: loginEmail)
             settings.transferHoldSeconds = transferHold
             settings.appSessionLayout = appSessionLayout
+            settings.sshCAKeyPath = sshCAKey
+            settings.sshCertificateTTL = sshCertTTL
+            settings.certSignMode = certSignMode
             return CheckedOptions(listen: listenAddress, cert: cert, key: key, fixedTarget: fixedTarget,
                                   serviceTokens: tokens, appTokens: Set(appTokens), forcedStatus: forced,
                                   tunnel: TunnelSettings(idleTimeout: idle, log: EdgeLog(verbose: verbose), answerPings: !ignorePings),
-                                  settings: settings)
+                                  settings: settings, allowedDestinations: destinations, sites: siteList)
         }
     }
 
@@ -206,6 +274,10 @@ extension EdgeCommand {
         @Option(name: .customLong("host"), help: "Host name or IP for the server certificate (repeatable).")
         var hosts: [String] = []
 
+        @Flag(name: .customLong("per-host"),
+              help: "Also write <host>.pem and <host>-key.pem for each --host, valid for that host only (for serve --site).")
+        var perHost = false
+
         func validate() throws {
             guard !out.isEmpty else { throw ValidationError("--out must not be empty") }
             guard !hosts.isEmpty else { throw ValidationError("at least one --host is required") }
@@ -216,8 +288,26 @@ extension EdgeCommand {
 
         func run() throws {
             let directory = URL(fileURLWithPath: out, isDirectory: true)
-            try CertificateFactory(directory: directory, hosts: hosts).generate()
+            var factory = CertificateFactory(directory: directory, hosts: hosts)
+            factory.perHost = perHost
+            try factory.generate()
             Console.announce("certs written to \(out)")
+        }
+    }
+
+    /// `ssh-ca`: the SSH user CA key pair for `serve --ssh-ca-key` (sshd's `TrustedUserCAKeys`).
+    struct SSHCA: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "ssh-ca",
+            abstract: "Write an SSH user CA key pair (ssh-ca, ssh-ca.pub; uses ssh-keygen) and print its public key.",
+            discussion: "Give DIR/ssh-ca to `serve --ssh-ca-key`; put the printed line in sshd's TrustedUserCAKeys file."
+        )
+
+        @Option(help: "Directory to write ssh-ca and ssh-ca.pub into.")
+        var out: String
+
+        func run() throws {
+            print(try SSHUserCA.make(in: URL(fileURLWithPath: out, isDirectory: true)))
         }
     }
 

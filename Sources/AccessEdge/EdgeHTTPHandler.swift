@@ -1,3 +1,4 @@
+import Dispatch
 import NIOCore
 import NIOHTTP1
 import NIOWebSocket
@@ -9,6 +10,18 @@ final class ConnectionState {
     var pendingTarget: Channel?
     /// The refusal `shouldUpgrade` decided on, for the HTTP handler to send.
     var pendingRejection: EdgeResponse?
+    /// On a site listener (`--site`): the one host it serves; other hosts get 421.
+    var siteHost: String?
+
+    init(siteHost: String? = nil) { self.siteHost = siteHost }
+
+    /// The 421 for a request to another host than this site's, or nil.
+    func misdirected(_ head: HTTPRequestHead) -> EdgeResponse? {
+        guard let siteHost else { return nil }
+        let host = EdgeRequest(head).host
+        guard host != siteHost else { return nil }
+        return .text(.misdirectedRequest, "421 Misdirected Request: this address serves \(siteHost), not \(host)")
+    }
 }
 
 /// Answers every request that did not become a WebSocket: refused upgrades (302, 400, 502,
@@ -32,7 +45,10 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let stats: EdgeStats
     private let routes: AuthRoutes
     private var requestHead: HTTPRequestHead?
+    private var requestBody: [UInt8] = []
     private var responding = false
+    /// The largest request body read (a `cert_sign` request is a few KiB).
+    static let bodyLimit = 64 * 1024
 
     init(state: ConnectionState, routes: AuthRoutes) {
         self.state = state
@@ -45,8 +61,12 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             requestHead = head
-        case .body:
-            break
+            requestBody = []
+        case .body(var buffer):
+            if requestBody.count + buffer.readableBytes <= Self.bodyLimit,
+               let bytes = buffer.readBytes(length: buffer.readableBytes) {
+                requestBody += bytes
+            }
         case .end:
             guard let head = requestHead, !responding else { return }
             requestHead = nil
@@ -59,6 +79,18 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             case .held(let seconds, let otherwise, let check):
                 hold(until: .now() + .seconds(Int64(seconds)), otherwise: otherwise, check: check,
                      omittingBody: head.method == .HEAD, context: context)
+            case .deferred(let work):
+                let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+                let eventLoop = context.eventLoop
+                let omit = head.method == .HEAD
+                DispatchQueue.global().async {
+                    let response = work()
+                    eventLoop.execute {
+                        let (handler, context) = loopBound.value
+                        guard context.channel.isActive else { return }
+                        handler.send(response, omittingBody: omit, context: context)
+                    }
+                }
             }
         }
     }
@@ -95,15 +127,20 @@ final class EdgeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                 state.pendingRejection = nil
                 return .response(rejection)
             }
+            if let misdirected = state.misdirected(head) {
+                stats.upgradeRejected()
+                return .response(misdirected)
+            }
             return .response(handshakeRejection(head))
         }
+        if let misdirected = state.misdirected(head) { return .response(misdirected) }
         let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         if head.method == .GET && path == Self.statsPath {
             return .response(EdgeResponse(status: .ok,
                                           headers: [("Content-Type", "application/json")],
                                           body: stats.snapshot().json))
         }
-        return routes.reply(to: head)
+        return routes.reply(to: head, body: requestBody)
     }
 
     /// An upgrade request the WebSocket upgrader turned down before asking us (bad

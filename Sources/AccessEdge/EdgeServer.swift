@@ -13,6 +13,18 @@ struct EdgeServerConfiguration: Sendable {
     var tunnel: TunnelSettings
     /// Largest WebSocket frame accepted from a client.
     var maxFrameSize: Int = 1 << 24
+    /// Listeners of their own for single hosts (`--site`), each with its own certificate.
+    var sites: [EdgeSite] = []
+}
+
+/// A listener that serves one host only, with a certificate for that host only (`--site`), so
+/// a client that sends a request, or its SNI, to the wrong address is refused (421 or a
+/// certificate that does not match) instead of served.
+struct EdgeSite: Sendable {
+    var host: String
+    var listen: HostPort
+    var certificatePath: String
+    var keyPath: String
 }
 
 /// Socket tuning shared by the edge's client connections and its target connections.
@@ -46,7 +58,19 @@ final class EdgeServer: Sendable {
     func start() throws -> Channel {
         let tls = try Self.makeTLSContext(certificatePath: configuration.certificatePath,
                                           keyPath: configuration.keyPath)
-        return try ServerBootstrap(group: group)
+        return try bind(configuration.listen, tls: tls, siteHost: nil)
+    }
+
+    /// Binds every `--site` listener; returns each host with its channel.
+    func startSites() throws -> [(host: String, channel: Channel)] {
+        try configuration.sites.map { site in
+            let tls = try Self.makeTLSContext(certificatePath: site.certificatePath, keyPath: site.keyPath)
+            return (site.host, try bind(site.listen, tls: tls, siteHost: site.host))
+        }
+    }
+
+    private func bind(_ address: HostPort, tls: NIOSSLContext, siteHost: String?) throws -> Channel {
+        try ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -54,10 +78,10 @@ final class EdgeServer: Sendable {
             .childChannelOption(.recvAllocator, value: SocketTuning.receiveAllocator)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try self.configureConnection(channel, tls: tls)
+                    try self.configureConnection(channel, tls: tls, siteHost: siteHost)
                 }
             }
-            .bind(host: configuration.listen.host, port: configuration.listen.port)
+            .bind(host: address.host, port: address.port)
             .wait()
     }
 
@@ -89,8 +113,8 @@ final class EdgeServer: Sendable {
 
     // MARK: Per connection
 
-    private func configureConnection(_ channel: Channel, tls: NIOSSLContext) throws {
-        let state = NIOLoopBound(ConnectionState(), eventLoop: channel.eventLoop)
+    private func configureConnection(_ channel: Channel, tls: NIOSSLContext, siteHost: String?) throws {
+        let state = NIOLoopBound(ConnectionState(siteHost: siteHost), eventLoop: channel.eventLoop)
         let upgrader = TunnelUpgrader(
             handshake: NIOWebSocketServerUpgrader(
                 maxFrameSize: configuration.maxFrameSize,
@@ -131,6 +155,12 @@ final class EdgeServer: Sendable {
         stats.recordUpgradeRequest(headerNames: head.headers.map { $0.name.lowercased() },
                                    userAgent: head.headers.first(name: "User-Agent") ?? "")
         let log = configuration.tunnel.log
+        if let misdirected = state.value.misdirected(head) {
+            state.value.pendingRejection = misdirected
+            stats.upgradeRejected()
+            log.info("upgrade \(head.uri) refused: 421 (this site serves \(state.value.siteHost ?? ""))")
+            return channel.eventLoop.makeSucceededFuture(nil)
+        }
         switch configuration.policy.decide(head) {
         case .reject(let response):
             state.value.pendingRejection = response

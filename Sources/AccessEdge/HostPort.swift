@@ -3,7 +3,7 @@
 ///
 /// Accepted forms: `name:port`, `1.2.3.4:port` and `[v6::addr]:port`. The port is decimal,
 /// `0...65535` when `allowsZeroPort` (listening), `1...65535` otherwise (dialling).
-struct HostPort: Sendable, Equatable, CustomStringConvertible {
+struct HostPort: Sendable, Hashable, CustomStringConvertible {
     /// Host name or address literal, without brackets.
     let host: String
     /// TCP port.

@@ -32,26 +32,35 @@ final class TerminationSignal {
 enum ServerLifecycle {
     /// `start` binds `address` on `group`; `announce` turns the bound address into the
     /// stdout line.
+    /// `sites` binds more listeners first, each announced as
+    /// `cf-access-edge site HOST listening on ADDR:PORT` before the main line.
     static func run(address: HostPort,
                     start: (any EventLoopGroup) throws -> Channel,
+                    sites: (any EventLoopGroup) throws -> [(host: String, channel: Channel)] = { _ in [] },
                     announce: (String) -> String) throws {
         let terminate = TerminationSignal()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
         let listener: Channel
+        var siteListeners: [(host: String, channel: Channel)] = []
         do {
+            siteListeners = try sites(group)
             listener = try start(group)
         } catch let error as IOError {
             try? group.syncShutdownGracefully()
-            throw EdgeError("cannot listen on \(address): \(error)")
+            throw EdgeError("cannot listen on \(address) or a --site address: \(error)")
         } catch {
             try? group.syncShutdownGracefully()
             throw error
+        }
+        for site in siteListeners {
+            Console.announce("cf-access-edge site \(site.host) listening on \(Self.describe(site.channel.localAddress))")
         }
         Console.announce(announce(Self.describe(listener.localAddress)))
         terminate.wait()
 
         // Never hang on the way out: a stuck shutdown still exits 0 shortly.
         DispatchQueue.global().asyncAfter(deadline: .now() + 3) { exit(0) }
+        for site in siteListeners { try? site.channel.close().wait() }
         try? listener.close().wait()
         try? group.syncShutdownGracefully()
     }

@@ -30,6 +30,8 @@ struct EdgeStatsSnapshot: Sendable, Equatable {
     var orgTokensIssued = 0
     var revocations = 0
     var keyRotations = 0
+    var certSignRequests = 0
+    var sshCertificatesSigned = 0
     var lastUserAgent = ""
     var lastHeaderNames: [String] = []
 
@@ -59,6 +61,8 @@ struct EdgeStatsSnapshot: Sendable, Equatable {
             ("orgTokensIssued", orgTokensIssued),
             ("revocations", revocations),
             ("keyRotations", keyRotations),
+            ("certSignRequests", certSignRequests),
+            ("sshCertificatesSigned", sshCertificatesSigned),
         ]
         var fields = numbers.map { "\"\($0.0)\":\($0.1)" }
         fields.append("\"lastUserAgent\":\(JSONText.quoted(lastUserAgent))")
@@ -128,6 +132,8 @@ final class EdgeStats: @unchecked Sendable {
             case .orgTokenIssued: $0.orgTokensIssued += 1
             case .tokensRevoked: $0.revocations += 1
             case .keyRotated: $0.keyRotations += 1
+            case .certSignRequest: $0.certSignRequests += 1
+            case .sshCertificateSigned: $0.sshCertificatesSigned += 1
             }
         }
     }
@@ -176,6 +182,10 @@ enum AuthEvent: Sendable {
     case tokensRevoked
     /// The signing key was rotated.
     case keyRotated
+    /// A request for `/cdn-cgi/access/cert_sign` (valid or not).
+    case certSignRequest
+    /// A short-lived SSH certificate was signed.
+    case sshCertificateSigned
 }
 
 /// Minimal JSON string quoting (RFC 8259 escapes), so no encoder is needed for one object.

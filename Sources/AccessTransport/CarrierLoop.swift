@@ -133,7 +133,11 @@ package final class CarrierLoop: @unchecked Sendable {
                     v.port = CONTEXT_PORT_NO_LISTEN
                     v.protocols = UnsafePointer(protocols)
                     v.vhost_name = name
+                    // libwebsockets also loads OpenSSL's default places (SSL_CERT_FILE and
+                    // SSL_CERT_DIR when set, as for curl and Go; issue 17.3) unless told not to:
+                    // with --ca-file, that file alone is trusted.
                     v.options = UInt64(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
+                        | (configuration.caFile == nil ? 0 : UInt64(LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS))
                     v.client_ssl_ca_filepath = ca
                     if let proxy, let settings = configuration.proxy {
                         // Every dial of this vhost goes through the proxy with CONNECT host:port.

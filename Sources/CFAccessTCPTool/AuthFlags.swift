@@ -25,6 +25,10 @@ struct LoginFlags: ParsableArguments {
     @Flag(name: .customLong("fedramp"), help: "Use Cloudflare's FedRAMP login service.")
     var fedRAMP = false
 
+    @Flag(name: .customLong("auto-close"),
+          help: "Let the browser page close itself after the login (cloudflared's --auto-close).")
+    var autoClose = false
+
     @Option(name: .customLong("transfer-polls"), help: ArgumentHelp("Polls of the transfer service (default 10).", visibility: .hidden))
     var transferPolls: Int = 10
 
@@ -55,10 +59,13 @@ struct LoginFlags: ParsableArguments {
             throw ConfigurationError("--transfer-poll-interval must be between 0 and 60 seconds")
         }
         let directory = tokenDir ?? FileTokenStore.defaultDirectory(environment: environment)
-        return AccessLoginConfiguration(tokenDirectory: directory, caFile: caFile, resolve: overrides,
-                                        connectTo: connectTo, transferBaseURL: transferURL, noBrowser: noBrowser,
-                                        fedRAMP: fedRAMP, maximumPolls: transferPolls,
-                                        pollIntervalSeconds: transferPollInterval)
+        var configuration = AccessLoginConfiguration(tokenDirectory: directory, caFile: caFile, resolve: overrides,
+                                                     connectTo: connectTo, transferBaseURL: transferURL,
+                                                     noBrowser: noBrowser, fedRAMP: fedRAMP,
+                                                     maximumPolls: transferPolls,
+                                                     pollIntervalSeconds: transferPollInterval)
+        configuration.closeInterstitial = autoClose
+        return configuration
     }
 }
 
@@ -66,7 +73,8 @@ struct LoginFlags: ParsableArguments {
 struct AuthFlags: ParsableArguments {
     @OptionGroup var login: LoginFlags
 
-    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    @Option(name: .customLong("ca-file"),
+            help: "PEM file of CA certificates to trust instead of the system store (and of SSL_CERT_FILE, SSL_CERT_DIR, which are honoured without it).")
     var caFile: String?
 
     @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")
@@ -90,11 +98,18 @@ struct CacheFlags: ParsableArguments {
             help: "HOST:PORT:ADDRESS: connect to ADDRESS for HOST:PORT, like curl --resolve (repeatable).")
     var resolve: [String] = []
 
-    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    @Option(name: .customLong("ca-file"),
+            help: "PEM file of CA certificates to trust instead of the system store (and of SSL_CERT_FILE, SSL_CERT_DIR, which are honoured without it).")
     var caFile: String?
 
     @Option(name: [.customLong("loglevel"), .customLong("log-level")], help: "debug, info, warn, error or fatal.")
     var loglevel: String = "info"
+
+    /// `access --fedramp token …` is cloudflared's spelling; reading the cache needs no login
+    /// service, so it changes nothing here.
+    @Flag(name: .customLong("fedramp"), help: ArgumentHelp("Accepted for cloudflared's `access --fedramp`; no effect here.",
+                                                          visibility: .private))
+    var fedRAMP = false
 
     /// The configuration of the token cache and the application lookup.
     func configuration(environment: [String: String]) throws(ConfigurationError) -> AccessLoginConfiguration {

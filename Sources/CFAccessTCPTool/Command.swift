@@ -24,19 +24,21 @@ struct RootCommand: AsyncParsableCommand {
         """,
         version: VersionReport.short,
         subcommands: [TCPCommand.self, AccessCommand.self, ForwardCommand.self, LoginCommand.self, TokenCommand.self,
-                      LogoutCommand.self, SSHConfigCommand.self, ShellCommand.self],
+                      LogoutCommand.self, SSHConfigCommand.self, SSHGenCommand.self, ShellCommand.self],
         defaultSubcommand: TCPCommand.self
     )
 
     /// `--version` (also `-v` and `version`, cloudflared's spellings) prints the long report —
     /// commit and C library versions — before the argument parser sees anything; the rest is
-    /// the parser's.
+    /// parsed with cloudflared's spellings too (`access --fedramp tcp …`, see
+    /// `CommandLineCompatibility`).
     static func main() async {
-        if VersionReport.isRequested(by: Array(CommandLine.arguments.dropFirst())) {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if VersionReport.isRequested(by: arguments) {
             print(VersionReport.text())
             return
         }
-        await main(nil)
+        await main(CommandLineCompatibility.rewrite(arguments))
     }
 }
 
@@ -45,8 +47,9 @@ struct AccessCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
         abstract: "cloudflared-compatible spelling: `access tcp|ssh|rdp|smb`.",
+        discussion: "cloudflared's `access --fedramp <subcommand> …` works too: --fedramp goes to the subcommand.",
         subcommands: [TCPCommand.self, LoginCommand.self, TokenCommand.self, LogoutCommand.self,
-                      SSHConfigCommand.self]
+                      SSHConfigCommand.self, SSHGenCommand.self, CurlCommand.self]
     )
 }
 
@@ -80,8 +83,19 @@ struct TCPCommand: AsyncParsableCommand {
 
     @OptionGroup var flags: TunnelFlags
 
+    @Argument(help: ArgumentHelp("The listen address, as --url (cloudflared's `access tcp --hostname H 127.0.0.1:2222`).",
+                                 valueName: "listener"))
+    var listener: String?
+
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
+        var flags = self.flags
+        if let listener {
+            guard flags.url == nil || flags.url == listener else {
+                throw usageFailure("two listen addresses were given (--url \(flags.url ?? "") and \(listener)): give one")
+            }
+            flags.url = listener
+        }
         let environment = ProcessInfo.processInfo.environment
         let logging: LoggingSetup
         let settings: TunnelSettings

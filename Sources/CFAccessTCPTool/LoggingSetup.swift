@@ -30,6 +30,7 @@ struct LoggingSetup {
 
     init(level raw: String, file: String?, directory: String?) throws(ConfigurationError) {
         let level = try Self.level(raw)
+        if file == nil, let directory { try Self.makeLogDirectory(directory) }
         let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
         let sink: LineSink
         if let path {
@@ -47,6 +48,24 @@ struct LoggingSetup {
 }
 
 extension LoggingSetup {
+    /// Creates `--log-directory` and any missing parent, each 0700, as cloudflared creates its
+    /// log directory (issue 17.5). A directory that exists is left as it is.
+    static func makeLogDirectory(_ path: String) throws(ConfigurationError) {
+        guard !path.isEmpty else {
+            throw ConfigurationError("--log-directory is empty: give a directory, e.g. --log-directory ~/.cloudflared/logs")
+        }
+        var prefix = path.hasPrefix("/") ? "/" : ""
+        for component in path.split(separator: "/") {
+            prefix += (prefix.isEmpty || prefix.hasSuffix("/") ? "" : "/") + component
+            if mkdir(prefix, 0o700) == 0 || errno == EEXIST { continue }
+            throw ConfigurationError("cannot create the log directory \(prefix): \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw ConfigurationError("--log-directory \(path) is not a directory: give a directory for cf-access-tcp.log")
+        }
+    }
+
     /// Opens (or creates, 0600) a log file for appending. A symbolic link is refused, so a link
     /// planted at the path cannot send our log (or its 0600 mode) to another file; so is
     /// anything but a regular file (a FIFO would block, a device is not a log).

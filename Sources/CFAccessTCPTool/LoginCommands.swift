@@ -10,8 +10,9 @@ struct LoginCommand: AsyncParsableCommand {
         abstract: "Log in to a Cloudflare Access application and cache its token (like `cloudflared access login`).",
         discussion: """
         Opens a browser (or, without one, prints a URL and QR code for another device), waits for the \
-        login, checks the token with the edge and caches it in ~/.cloudflared. The token is printed \
-        only with --print or --no-verbose.
+        login, checks the token with the edge and caches it in ~/.cloudflared. As cloudflared does, \
+        the token goes to stdout: "Successfully fetched your token:" and the token; the bare token \
+        with --no-verbose or -app=URL; nothing with -q. Messages go to stderr.
         """
     )
 
@@ -19,13 +20,15 @@ struct LoginCommand: AsyncParsableCommand {
     var url: String?
 
     @Option(name: [.customLong("app", withSingleDash: true), .customLong("app")],
-            help: ArgumentHelp("The application URL, cloudflared's spelling (-app=URL).", visibility: .hidden))
+            help: ArgumentHelp("The application URL, cloudflared's spelling (-app=URL); prints the bare token.",
+                               visibility: .hidden))
     var app: String?
 
-    @Flag(name: .customLong("print"), help: "Print the token to stdout.")
+    @Flag(name: .customLong("print"), help: ArgumentHelp("Print the bare token to stdout (as --no-verbose).",
+                                                         visibility: .hidden))
     var printToken = false
 
-    @Flag(name: .customLong("no-verbose"), help: "Print only the token to stdout, nothing else.")
+    @Flag(name: .customLong("no-verbose"), help: "Print only the token to stdout.")
     var noVerbose = false
 
     @Flag(name: [.customShort("q"), .customLong("quiet")], help: "Print nothing on success (cloudflared's -q).")
@@ -43,13 +46,40 @@ struct LoginCommand: AsyncParsableCommand {
             writeStderr("cf-access-tcp: \(error.withFlags)")
             throw ExitCode(ExitStatus(failure: error.category).rawValue)
         }
-        if printToken || noVerbose {
-            FileHandle.standardOutput.write(Data((token + "\n").utf8))
+        switch LoginOutput(quiet: quiet, bare: noVerbose || printToken || app != nil) {
+        case .nothing:
+            return
+        case .bareToken:
+            // As cloudflared prints it for scripts: the token alone (a newline only for a person).
+            writeStdout(token + (isatty(STDOUT_FILENO) == 1 ? "\n" : ""))
+        case .verbose:
+            writeStdout("Successfully fetched your token:\n\n\(token)\n\n")
         }
-        if !noVerbose && !quiet {
-            writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(auth.login.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment))")
+        // The note on stderr, unless only the token was asked for (--no-verbose, -app).
+        if !noVerbose && app == nil {
+            let directory = auth.login.tokenDir ?? FileTokenStore.defaultDirectory(environment: ProcessInfo.processInfo.environment)
+            writeStderr("cf-access-tcp: logged in to \(origin.host); the token is cached in \(directory)")
         }
     }
+}
+
+/// What `login` prints on stdout, as cloudflared does.
+enum LoginOutput: Equatable {
+    /// `-q`: nothing.
+    case nothing
+    /// `--no-verbose` or `-app=URL`: the token alone.
+    case bareToken
+    /// Otherwise: `Successfully fetched your token:`, a blank line, the token, a blank line.
+    case verbose
+
+    init(quiet: Bool, bare: Bool) {
+        self = quiet ? .nothing : bare ? .bareToken : .verbose
+    }
+}
+
+/// Writes `text` to stdout as it is, unbuffered.
+func writeStdout(_ text: String) {
+    FileHandle.standardOutput.write(Data(text.utf8))
 }
 
 /// `cf-access-tcp token <url>`: print the cached token of an application.
@@ -117,59 +147,6 @@ struct LogoutCommand: AsyncParsableCommand {
             writeStderr("cf-access-tcp: kept the org token \(kept): the next connection logs in again with it, "
                         + "without a browser; add --org to remove it too")
         }
-    }
-}
-
-/// `cf-access-tcp ssh-config --hostname H`: print an ssh_config block that uses this binary.
-struct SSHConfigCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "ssh-config",
-        abstract: "Print the ~/.ssh/config block for an Access-protected SSH host."
-    )
-
-    @Option(name: [.customLong("hostname"), .customShort("T")], help: "The Access-protected SSH hostname.")
-    var hostname: String
-
-    @Flag(name: .customLong("short-lived-cert"), help: "Short-lived SSH certificates: not supported yet (refused).")
-    var shortLivedCert = false
-
-    func run() throws {
-        let origin: OriginURL
-        do {
-            origin = try OriginURL.parse(hostname)
-        } catch {
-            throw usageFailure(error.message)
-        }
-        if shortLivedCert {
-            // `access ssh-gen` does not exist yet: a Match exec that fails would make ssh connect
-            // without the tunnel, silently.
-            throw usageFailure("--short-lived-cert is not supported yet (short-lived SSH certificates are not "
-                               + "implemented): leave it out and authenticate with your SSH key or password")
-        }
-        let binary = Self.quotedForSSHConfig(Self.executablePath())
-        writeStderr("Add to your ~/.ssh/config:")
-        print(["Host \(origin.host)", "  ProxyCommand \(binary) access ssh --hostname %h"].joined(separator: "\n"))
-    }
-
-    /// A path as ssh_config needs it in ProxyCommand (run by /bin/sh): in double quotes when it
-    /// holds a space or a shell character, with `"`, `\`, `$` and `` ` `` escaped.
-    static func quotedForSSHConfig(_ path: String) -> String {
-        let plain = path.unicodeScalars.allSatisfy { scalar in
-            scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "/._-+,:@%".unicodeScalars.contains(scalar)
-        }
-        if plain { return path }
-        var quoted = "\""
-        for character in path {
-            if "\"\\$`".contains(character) { quoted.append("\\") }
-            quoted.append(character)
-        }
-        return quoted + "\""
-    }
-
-    /// The absolute path of this executable (symbolic links resolved), else argv[0].
-    static func executablePath() -> String {
-        if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") { return path }
-        return CommandLine.arguments.first ?? "cf-access-tcp"
     }
 }
 

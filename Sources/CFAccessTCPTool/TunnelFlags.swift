@@ -11,7 +11,7 @@ struct TunnelFlags: ParsableArguments {
     var url: String?
 
     @Option(name: [.customLong("header"), .customShort("H")],
-            help: "Extra request header \"Name: value\" (repeatable; the first value of a name wins).")
+            help: "Extra request header \"Name: value\" (repeatable; a name given twice sends both values, as cloudflared does).")
     var header: [String] = []
 
     @Option(name: [.customLong("service-token-id"), .customLong("id")],
@@ -41,7 +41,8 @@ struct TunnelFlags: ParsableArguments {
             help: "Dial host[:port] instead of the hostname, keeping the hostname for Host, SNI and certificate checks.")
     var connectTo: String?
 
-    @Option(name: .customLong("ca-file"), help: "PEM file of CA certificates to trust instead of the system store.")
+    @Option(name: .customLong("ca-file"),
+            help: "PEM file of CA certificates to trust instead of the system store (and of SSL_CERT_FILE, SSL_CERT_DIR, which are honoured without it).")
     var caFile: String?
 
     @Flag(name: .customLong("allow-non-loopback"),
@@ -76,6 +77,6 @@ struct TunnelFlags: ParsableArguments {
     @Option(name: .customLong("logfile"), help: "Write logs to this file (0600) instead of stderr.")
     var logfile: String?
 
-    @Option(name: .customLong("log-directory"), help: "Write logs to cf-access-tcp.log in this directory.")
+    @Option(name: .customLong("log-directory"), help: "Write logs to cf-access-tcp.log in this directory (made 0700 if missing, as cloudflared makes it).")
     var logDirectory: String?
 }

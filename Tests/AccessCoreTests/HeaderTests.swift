@@ -98,6 +98,48 @@ struct HeaderFieldTests {
         #expect("\(plain)" == "X-Trace: abc")
     }
 
+    @Test("issue 16.5: credential-sounding names are secret", arguments: [
+        "X-Credential", "X-Passphrase", "X-Otp", "X-Forwarded-Jwt", "X-Signature", "X-Private-Data",
+    ])
+    func credentialNames(_ name: String) {
+        #expect(HeaderField.isSecretName(name))
+        let header = HeaderField(name: name, value: "123456")
+        #expect(header.redactedLine == "\(name): [redacted]")
+        #expect(!Redaction.scrub("\(name): 123456").contains("123456"))
+    }
+
+    @Test("a sentence with such a word before a colon stays readable")
+    func credentialWordsInSentences() {
+        let text = "the metadata is not a JWT: it does not have three dot-separated parts"
+        #expect(Redaction.scrub(text) == text)
+    }
+
+    @Test("issue 16.5: a value that looks like a credential is redacted under any name", arguments: [
+        "Bearer abc", "bearer abc", "Basic dXNlcjpwYXNz", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln",
+        "sid=eyJhbGciOiJSUzI1NiJ9.e30.c2ln", "9f8e7d6c5b4a39281706f5e4d3c2b1a0", "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5",
+        "prefix sk_live_51HxYz2eZvKYlo2C0aBcDeFg",
+    ])
+    func credentialValues(_ value: String) {
+        #expect(HeaderField.looksLikeCredential(value))
+        let header = HeaderField(name: "X-Whatever", value: value)
+        #expect(header.isSecret)
+        #expect(header.redactedLine == "X-Whatever: [redacted]")
+        #expect(!"\(header)".contains(value))
+        let request = try? RequestBuilder.upgradeRequest(
+            origin: try OriginURL.parse("ssh.example.com"), userAgent: "ua", serviceToken: nil, accessToken: nil,
+            destination: nil, extraHeaders: [header])
+        #expect(request?.redactedHeaderLines.contains("X-Whatever: [redacted]") == true)
+    }
+
+    @Test("ordinary values stay readable", arguments: [
+        "abc", "gzip, deflate", "en-US,en;q=0.9", "ssh.internal.example.com:22", "cf-access-tcp/0.1.0",
+        "Tue, 24 Nov 2026 13:00:00 GMT", "text/html; charset=utf-8", "no-cache", "1.2.3.4", "staging",
+    ])
+    func ordinaryValues(_ value: String) {
+        #expect(!HeaderField.looksLikeCredential(value))
+        #expect(HeaderField(name: "X-Trace", value: value).redactedLine == "X-Trace: \(value)")
+    }
+
     @Test("secret names", arguments: [
         ("Cf-Access-Client-Secret", true), ("cf-access-token", true), ("AUTHORIZATION", true),
         ("Cookie", true), ("proxy-authorization", true),
@@ -189,12 +231,16 @@ struct RequestBuilderTests {
         #expect(request.value(forHeader: "Host") == nil)
     }
 
-    @Test func firstValueOfANameWins() throws {
+    @Test("issue 17.6: a repeated -H name sends every value, in order (as cloudflared does)")
+    func everyValueOfARepeatedName() throws {
         let request = try Self.build(extra: [
             HeaderField(name: "X-Env", value: "first"), HeaderField(name: "x-env", value: "second"),
-            HeaderField(name: "X-ENV", value: "third"), HeaderField(name: "X-Other", value: "o"),
+            HeaderField(name: "X-Other", value: "o"), HeaderField(name: "X-ENV", value: "third"),
         ])
-        #expect(request.headers.map(\.redactedLine) == ["User-Agent: cf-access-tcp/0.1.0", "X-Env: first", "X-Other: o"])
+        #expect(request.headers.map(\.redactedLine) == [
+            "User-Agent: cf-access-tcp/0.1.0", "X-Env: first", "x-env: second", "X-Other: o", "X-ENV: third",
+        ])
+        #expect(request.value(forHeader: "x-env") == "first")
     }
 
     @Test func builtInHeadersBeatUserDuplicates() throws {

@@ -72,7 +72,7 @@ struct CLIHardeningTests {
         #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
     }
 
-    @Test("ssh-config: only the block on stdout, the hint on stderr, a path with a space quoted; --short-lived-cert refused")
+    @Test("ssh-config: only the block on stdout, the hint on stderr; a path with a space or a % quoted in ProxyCommand, Match exec and IdentityFile")
     func sshConfig() throws {
         let dir = try makeTempDir("cfat ssh config")
         defer { try? FileManager.default.removeItem(at: dir) }
@@ -80,13 +80,28 @@ struct CLIHardeningTests {
         #expect(link(try TestPaths.binary("cf-access-tcp").path, linked.path) == 0)
         let result = try run(linked, ["ssh-config", "--hostname", "ssh.example.com"], timeout: 20)
         #expect(result.status == 0)
-        #expect(result.stdout == "Host ssh.example.com\n  ProxyCommand \"\(linked.path)\" access ssh --hostname %h\n",
+        #expect(result.stdout == "Host ssh.example.com\n  ProxyCommand '\(linked.path)' access ssh --hostname %h\n",
                 "\(result.stdout)")
         #expect(result.stderr.contains("~/.ssh/config"))
-        let refused = try run(linked, ["ssh-config", "--hostname", "ssh.example.com", "--short-lived-cert"], timeout: 20)
+        // Issue 17: the short-lived certificate block, with a token directory ssh must not expand.
+        let tokens = dir.appendingPathComponent("keys 100%").path
+        let short = try run(linked, ["ssh-config", "--hostname", "ssh.example.com", "--short-lived-cert", "--token-dir", tokens,
+                                     "--", "--no-browser"], timeout: 20)
+        #expect(short.status == 0, "\(short.stderr)")
+        let escaped = tokens.replacingOccurrences(of: "%", with: "%%")
+        #expect(short.stdout == """
+            Match host ssh.example.com exec "'\(linked.path)' access ssh-gen --hostname %h --token-dir '\(escaped)' --no-browser"
+              IdentityFile "\(escaped)/%h-cf_key"
+              CertificateFile "\(escaped)/%h-cf_key-cert.pub"
+            Host ssh.example.com
+              ProxyCommand '\(linked.path)' access ssh --hostname %h --token-dir '\(escaped)' --no-browser
+
+            """, "\(short.stdout)")
+        // Flags after -- must be ones both commands take.
+        let refused = try run(linked, ["ssh-config", "--hostname", "ssh.example.com", "--", "--url", "127.0.0.1:2"], timeout: 20)
         #expect(refused.status == 64)
         #expect(refused.stdout.isEmpty)
-        #expect(refused.stderr.contains("--short-lived-cert is not supported yet"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("the flags after -- go to both"), "\(refused.stderr)")
     }
 
     /// The "Max core file size" line of /proc/PID/limits.

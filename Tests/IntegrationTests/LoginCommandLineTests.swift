@@ -21,10 +21,21 @@ struct LoginCommandLineTests {
         // Only the block on stdout (so `>> ~/.ssh/config` works); the hint goes to stderr.
         #expect(plain.stdout == "Host ssh.example.com\n  ProxyCommand \(binary) access ssh --hostname %h\n")
         #expect(plain.stderr.contains("Add to your ~/.ssh/config"))
-        // --short-lived-cert: CLIHardeningTests.sshConfig (refused until certificates exist).
+        // --short-lived-cert: CLIHardeningTests.sshConfig and ShortLivedCertificateTests.
         let bad = try tool(["ssh-config", "--hostname", "ssh example"])
         #expect(bad.status == 64 && bad.stdout.isEmpty)
         #expect(bad.stderr.hasPrefix("cf-access-tcp: --hostname"))
+    }
+
+    @Test("17.8: ssh-config without --hostname prints cloudflared's template block, exit 0")
+    func sshConfigTemplate() throws {
+        let binary = try TestPaths.binary("cf-access-tcp").resolvingSymlinksInPath().path
+        let template = try tool(["access", "ssh-config"])
+        #expect(template.status == 0, "\(template.stderr)")
+        #expect(template.stdout == "Host [your hostname]\n  ProxyCommand \(binary) access ssh --hostname %h\n")
+        let short = try tool(["access", "ssh-config", "--short-lived-cert"])
+        #expect(short.status == 0, "\(short.stderr)")
+        #expect(short.stdout.hasPrefix("Match host [your hostname] exec \"\(binary) access ssh-gen --hostname %h"), "\(short.stdout)")
     }
 
     // MARK: flag checks

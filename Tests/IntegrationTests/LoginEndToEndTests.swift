@@ -236,7 +236,7 @@ struct LoginEndToEndTests {
         #expect(world.tokenFileNames.isEmpty)
     }
 
-    @Test("login checks the token with the edge, token prints it, logout removes it")
+    @Test("login checks the token with the edge and prints it as cloudflared does, token prints it, logout removes it")
     func loginTokenLogout() throws {
         let echo = try TargetFixture(.echo)
         let world = try LoginWorld(target: echo.address)
@@ -246,7 +246,9 @@ struct LoginEndToEndTests {
         #expect(login.status == 0, "\(login.stderr)")
         #expect(try world.counter("tokenChecks") == 1)
         let saved = try String(contentsOf: world.appTokenFile, encoding: .utf8)
-        #expect(!login.stdout.contains(saved) && !login.stderr.contains(saved), "login prints the token only when asked")
+        // As cloudflared: the token on stdout for scripts, never on stderr (issue 17.1).
+        #expect(login.stdout == "Successfully fetched your token:\n\n\(saved)\n\n", "\(login.stdout)")
+        #expect(!login.stderr.contains(saved))
 
         let token = try run(bin, ["token", "https://\(testHost)"] + world.cacheArguments, env: environment, timeout: 30)
         #expect(token.status == 0, "\(token.stderr)")

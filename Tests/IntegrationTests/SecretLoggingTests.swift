@@ -96,4 +96,33 @@ struct SecretLoggingTests {
             }
         }
     }
+
+    @Test("issue 16.5: at --loglevel debug, -H values that are credentials never reach the log, whatever the header's name")
+    func customHeaderCredentialsAreRedacted() throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let secrets: [(name: String, value: String)] = [
+            ("X-Credential", "cred-hunter2"), ("X-Passphrase", "correct horse battery staple"), ("X-Otp", "492817"),
+            ("X-Forwarded-Jwt", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJmd2QifQ.Zm9yd2FyZGVk"),
+            ("X-Upstream", "Bearer upstream-bearer-value"), ("X-Basic", "Basic dXNlcjpzM2NyM3RwYXNz"),
+            ("X-Opaque", "q8Zr2LmX7vN4tB1yK6wE3sD9fG5hJ0pA"),
+        ]
+        let headers = secrets.flatMap { ["-H", "\($0.name): \($0.value)"] } + ["-H", "X-Plain: visible-value"]
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"),
+                                         try clientArguments(edge: edge, extra: ["--loglevel", "debug"] + headers),
+                                         stdin: .pipe)
+        try process.writeStdin(Data("hello".utf8))
+        #expect(try process.waitForStdout(byteCount: 5, timeout: 30) == Data("hello".utf8))
+        process.closeStdin()
+        #expect(try process.waitForExit(timeout: 20) == 0, "\(process.stderrText)")
+        let log = process.stderrText
+        // The headers were logged (names shown), and a plain value stays readable.
+        #expect(log.contains("X-Plain: visible-value"), "\(log)")
+        for (name, value) in secrets {
+            #expect(log.contains("\(name): [redacted]"), "\(name) not logged as redacted: \(log)")
+            for part in value.split(separator: " ") where part.count > 5 && part != "Bearer" {
+                #expect(!log.contains(part), "\(name)'s value leaked: \(log)")
+            }
+        }
+    }
 }

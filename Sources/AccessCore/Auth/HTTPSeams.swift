@@ -1,6 +1,6 @@
 import Foundation
 
-/// One HTTP request of the login flows. Never prints header or cookie values.
+/// One HTTP request of the login flows. Never prints header or cookie values, nor the body.
 public struct HTTPRequest: Sendable, CustomStringConvertible {
     /// `GET`, `HEAD`, …
     public var method: String
@@ -12,18 +12,21 @@ public struct HTTPRequest: Sendable, CustomStringConvertible {
     public var cookies: [(name: String, value: String)]
     /// Seconds allowed for the whole exchange.
     public var timeoutSeconds: Int
+    /// The request body (a `POST`'s), or nil for none. Never printed.
+    public var body: [UInt8]?
 
     /// Creates a request; redirects are never followed by the client.
     public init(method: String, url: String, headers: [(name: String, value: String)] = [],
-                cookies: [(name: String, value: String)] = [], timeoutSeconds: Int) {
+                cookies: [(name: String, value: String)] = [], timeoutSeconds: Int, body: [UInt8]? = nil) {
         self.method = method
         self.url = url
         self.headers = headers
         self.cookies = cookies
         self.timeoutSeconds = timeoutSeconds
+        self.body = body
     }
 
-    /// `GET https://host/path` (no query, no header values).
+    /// `GET https://host/path` (no query, no header values, no body).
     public var description: String { method + " " + Redaction.url(url) }
 }
 

@@ -15,7 +15,8 @@ extension ConnectOverride {
 /// Each request runs `curl_easy_perform` on a thread of its own (it blocks; the cooperative
 /// pool must not). Redirects are never followed; only `https` is spoken; `--resolve`
 /// overrides go to `CURLOPT_RESOLVE` and `--ca-file` to `CURLOPT_CAINFO`, so tests reach a
-/// loopback server under a real name with real certificate checks. Bodies over 1 MiB fail.
+/// loopback server under a real name with real certificate checks; without `--ca-file`,
+/// `SSL_CERT_FILE` and `SSL_CERT_DIR` are honoured as OpenSSL honours them. Bodies over 1 MiB fail.
 /// Proxies come from the environment (`https_proxy`, `no_proxy`), as libcurl reads them.
 /// libcurl itself is loaded by the first request (`CurlLibrary`), not linked.
 package struct CurlHTTPClient: HTTPClient {
@@ -107,13 +108,28 @@ package struct CurlHTTPClient: HTTPClient {
             switch request.method {
             case "HEAD": set(CURLOPT_NOBODY, 1)
             case "GET": set(CURLOPT_HTTPGET, 1)
+            case "POST": set(CURLOPT_POST, 1)
             default: set(CURLOPT_CUSTOMREQUEST, request.method)
+            }
+            if let body = request.body {
+                // The size first, so the copy takes exactly these bytes (a body may hold a token:
+                // libcurl's copy is freed with the handle).
+                set(CURLOPT_POSTFIELDSIZE, body.count)
+                body.withUnsafeBytes { set(CURLOPT_COPYPOSTFIELDS, pointer: $0.baseAddress) }
             }
             if let headerList { set(CURLOPT_HTTPHEADER, pointer: UnsafeRawPointer(headerList)) }
             if let resolveList { set(CURLOPT_RESOLVE, pointer: UnsafeRawPointer(resolveList)) }
             if let connectToList { set(CURLOPT_CONNECT_TO, pointer: UnsafeRawPointer(connectToList)) }
             if !cookie.isEmpty { set(CURLOPT_COOKIE, cookie) }
-            if let caFile { set(CURLOPT_CAINFO, caFile) }
+            if let caFile {
+                set(CURLOPT_CAINFO, caFile)
+            } else {
+                // libcurl ignores OpenSSL's SSL_CERT_FILE and SSL_CERT_DIR; curl, OpenSSL and Go
+                // honour them (corporate TLS inspection), so do we (issue 17.3). --ca-file wins.
+                for (option, variable) in [(CURLOPT_CAINFO, "SSL_CERT_FILE"), (CURLOPT_CAPATH, "SSL_CERT_DIR")] {
+                    if let value = getenv(variable).map({ String(cString: $0) }), !value.isEmpty { set(option, value) }
+                }
+            }
             let opaque = UnsafeRawPointer(sinkPointer.toOpaque())
             ok = ok && CCFShim_curl_setopt_write(curl.easySetopt, handle, CURLOPT_WRITEFUNCTION, curlBodyCallback) == CURLE_OK
             set(CURLOPT_WRITEDATA, pointer: opaque)

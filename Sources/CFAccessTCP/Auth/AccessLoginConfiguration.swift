@@ -24,6 +24,9 @@ public struct AccessLoginConfiguration: Sendable {
     public var pollTimeoutSeconds: Int
     /// Seconds to wait after a "not yet" answer before polling again.
     public var pollIntervalSeconds: Double
+    /// Ask Access to close the browser's "you may close this window" page by itself after the
+    /// login (`close_interstitial=true` in the login URL; cloudflared's `--auto-close`).
+    public var closeInterstitial: Bool = false
     /// Seconds between checks of a lock held by another process (2).
     public var lockPollIntervalSeconds: Double
     /// Seconds to wait for another process's login at most (600).

@@ -111,7 +111,8 @@ extension AccessTokenProvider {
         // The key pair is ephemeral: made here, used for this one login, never stored.
         let key = box.makeEphemeralKey()
         let publicKey = Base64.encode(key.publicKey, alphabet: .url, padded: true)
-        let loginURL = LoginURL.build(app: origin, publicKey: publicKey, appAUD: app.appAUD)
+        let loginURL = LoginURL.build(app: origin, publicKey: publicKey, appAUD: app.appAUD,
+                                      closeInterstitial: configuration.closeInterstitial)
         let urlName = TokenCacheNaming.urlFileName(for: appName)
         do {
             try store.write(urlName, text: loginURL)

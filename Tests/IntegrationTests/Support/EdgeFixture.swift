@@ -19,6 +19,11 @@ final class CertSet: Sendable {
     /// The names the server certificate is valid for.
     let hosts: [String]
 
+    /// The certificate and key valid for `host` only (`cf-access-edge certs --per-host`).
+    func hostFiles(_ host: String) -> (certificate: URL, key: URL) {
+        (dir.appendingPathComponent("\(host.lowercased()).pem"), dir.appendingPathComponent("\(host.lowercased())-key.pem"))
+    }
+
     init(dir: URL, hosts: [String]) {
         self.dir = dir
         self.hosts = hosts
@@ -97,12 +102,14 @@ final class EdgeFixture: @unchecked Sendable {
 
     /// Makes a CA and a server certificate for `hosts` in a new temporary
     /// directory with `cf-access-edge certs`.
-    static func makeCerts(hosts: [String]) throws -> CertSet {
+    /// With `perHost`, also a certificate per host, valid for that host only (`CertSet.hostFiles`).
+    static func makeCerts(hosts: [String], perHost: Bool = false) throws -> CertSet {
         precondition(!hosts.isEmpty, "makeCerts needs at least one host")
         let edge = try TestPaths.binary("cf-access-edge")
         let dir = try makeTempDir("cfat-certs")
         let certs = CertSet(dir: dir, hosts: hosts)  // removes dir on failure too
-        let result = try run(edge, ["certs", "--out", dir.path] + hosts.flatMap { ["--host", $0] }, timeout: 60)
+        let result = try run(edge, ["certs", "--out", dir.path] + hosts.flatMap { ["--host", $0] }
+                                 + (perHost ? ["--per-host"] : []), timeout: 120)
         guard result.status == 0 else {
             throw FixtureError(
                 "cf-access-edge certs exited with status \(result.status)\n"

@@ -10,9 +10,14 @@ let loginTransferHost = "login.cloudflareaccess.org"
 /// The emulator's default application AUD (reference/EMULATOR.md).
 let loginDefaultAUD = "4b1d6c0e8f2a93d57e6c1b0a9f8e7d6c5b4a39281706f5e4d3c2b1a098f7e6d5"
 
-/// One certificate for the app host, the team domain and the transfer service, per test process.
+/// The names of the login protocol, each served on an address of its own.
+let loginHosts = [testHost, loginTeamDomain, loginTransferHost]
+
+/// Certificates for the app host, the team domain and the transfer service, per test process:
+/// one for every name (the emulator's main listener, for admin calls and counters) and one per
+/// name, valid for that name only (its `--site` listener).
 let sharedLoginCerts: Result<CertSet, Error> = Result {
-    try EdgeFixture.makeCerts(hosts: [testHost, loginTeamDomain, loginTransferHost])
+    try EdgeFixture.makeCerts(hosts: loginHosts, perHost: true)
 }
 
 /// A loopback address of this test's own, so that every emulator can listen on port 443: the
@@ -23,23 +28,33 @@ private func nextLoginAddress() -> String {
     return "127.\(100 + Int(getpid()) % 150).\(1 + n / 250).\(1 + n % 250)"
 }
 
-/// An Access edge speaking the whole login protocol on `127.x.y.z:443`, a token directory, and a
-/// scripted browser (`scripts/test-browser`) that logs the URLs it opens. Every name — the app
-/// host, `<team>.cloudflareaccess.com`, `login.cloudflareaccess.org` — reaches the emulator through
-/// `--resolve`, with real TLS verification against the test CA.
+/// An Access edge speaking the whole login protocol, a token directory, and a scripted browser
+/// (`scripts/test-browser`) that logs the URLs it opens. The app host,
+/// `<team>.cloudflareaccess.com` and `login.cloudflareaccess.org` each have an address of their
+/// own (`127.x.y.z:443`, an emulator `--site`) with a certificate valid for that name only, and
+/// clients reach them through `--resolve` with real TLS verification against the test CA: a
+/// request sent to the wrong address, or with the wrong SNI, fails (issue 17). The emulator's
+/// main listener, with a certificate for every name, serves the admin calls and counters.
 final class LoginWorld: @unchecked Sendable {
     let edge: EdgeFixture
     let tokenDir: URL
     let browserLog: URL
+    /// The address of each name's site.
+    let siteAddresses: [String: String]
     private let scratch: URL
 
     /// - Parameters:
-    ///   - target: the TCP target of the tunnel (`--target`).
+    ///   - target: the TCP target of the tunnel (`--target`); nil for a bastion (then
+    ///     `edgeArguments` names `--allow-destination`s).
     ///   - edgeArguments: more `serve` options (login mode, faults, TTLs).
-    init(target: String, edgeArguments: [String] = []) throws {
+    init(target: String?, edgeArguments: [String] = []) throws {
         let certs = try sharedLoginCerts.get()
+        var sites: [String: String] = [:]
+        for host in loginHosts { sites[host] = nextLoginAddress() }
+        siteAddresses = sites
+        let siteArguments = loginHosts.flatMap { ["--site", "\($0)=\(sites[$0]!):443"] } + ["--site-certs", certs.dir.path]
         edge = try EdgeFixture(certs: certs, target: target, listen: "\(nextLoginAddress()):443",
-                               extraArguments: edgeArguments)
+                               extraArguments: siteArguments + edgeArguments)
         scratch = try makeTempDir("cfat-login")
         tokenDir = scratch.appendingPathComponent("tokens")
         browserLog = scratch.appendingPathComponent("browser.log")
@@ -50,9 +65,9 @@ final class LoginWorld: @unchecked Sendable {
         try? FileManager.default.removeItem(at: scratch)
     }
 
-    /// `HOST:443:ADDRESS` for every name of the login protocol.
+    /// `HOST:443:ADDRESS` for every name of the login protocol, each to its own site.
     var resolveEntries: [String] {
-        [testHost, loginTeamDomain, loginTransferHost].map { "\($0):443:\(edge.address)" }
+        loginHosts.map { "\($0):443:\(siteAddresses[$0]!)" }
     }
 
     /// The flags every client command of these tests shares (no credential).

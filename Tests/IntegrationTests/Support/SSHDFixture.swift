@@ -34,7 +34,10 @@ final class SSHDFixture: @unchecked Sendable {
     private let process: ManagedProcess
 
     /// Starts sshd and waits (bounded) until it accepts connections.
-    init() throws {
+    ///
+    /// With `trustedUserCA` (an OpenSSH public key line), sshd trusts user certificates that CA
+    /// signed (`TrustedUserCAKeys`) and nothing else for keys: no `authorized_keys` at all.
+    init(trustedUserCA: String? = nil) throws {
         let sshdPath = which("sshd")
         try requireRealPart(sshdPath != nil, "OpenSSH server /usr/sbin/sshd (package openssh-server)")
         try requireRealPart(which("ssh") != nil, "OpenSSH client ssh (package openssh-client)")
@@ -79,8 +82,15 @@ final class SSHDFixture: @unchecked Sendable {
             for _ in 0..<5 {
                 let candidate = try freeLoopbackPort()
                 let config = directory.appendingPathComponent("sshd_config")
-                try Self.config(port: candidate, hostKey: hostKey, directory: directory)
-                    .write(to: config, atomically: true, encoding: .utf8)
+                var text = Self.config(port: candidate, hostKey: hostKey, directory: directory)
+                if let trustedUserCA {
+                    let caFile = directory.appendingPathComponent("trusted_user_ca_keys")
+                    try (trustedUserCA + "\n").write(to: caFile, atomically: true, encoding: .utf8)
+                    try setMode(0o644, caFile)
+                    text = text.replacingOccurrences(of: "AuthorizedKeysFile \(directory.path)/authorized_keys/%u",
+                                                     with: "AuthorizedKeysFile none\nTrustedUserCAKeys \(caFile.path)")
+                }
+                try text.write(to: config, atomically: true, encoding: .utf8)
                 let sshd = try ManagedProcess(
                     URL(fileURLWithPath: sshdPath!), ["-D", "-e", "-f", config.path])
                 do {
