@@ -39,6 +39,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // `swift package generate-documentation --target CFAccessTCP` (or CFAccessSSH): the DocC
+        // catalogs in Sources/<Target>/<Target>.docc. A plugin only: nothing of it is linked.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // MARK: C libraries from Debian packages

@@ -34,6 +34,7 @@ public struct SSHFailure: Error, Sendable, Equatable, CustomStringConvertible {
         self.code = code
     }
 
+    /// The plain one-line ``message``.
     public var description: String { message }
 
     /// The process exit status `cf-access-tcp shell` ends with for this failure (README, "Exit

@@ -10,7 +10,7 @@ import Glibc
 private let libssh2Initialised: Int32 = libssh2_init(0)
 
 /// An SSH client session (libssh2) over a connected socket, typically a tunnel from
-/// ``AccessTunnel/openStream(hostname:method:)``: handshake, host key, authentication, commands
+/// `AccessTunnel.openStream(hostname:method:)` (CFAccessTCP): handshake, host key, authentication, commands
 /// and interactive shells. No TCP port is involved.
 ///
 /// ```swift

@@ -15,6 +15,7 @@ public final class SecretServiceStore: @unchecked Sendable {
     public struct Unavailable: Error, Sendable, Equatable, CustomStringConvertible {
         /// The reason, e.g. "libsecret-1.so.0 is not installed".
         public let reason: String
+        /// The ``reason``.
         public var description: String { reason }
     }
 
