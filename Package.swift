@@ -1,8 +1,12 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-/// Warnings are defects: every target of ours is built with them as errors.
-let strictSwift: [SwiftSetting] = [.unsafeFlags(["-warnings-as-errors"])]
+/// Settings shared by every Swift target of ours. Empty on purpose: warnings are defects, but
+/// `-warnings-as-errors` is passed by our scripts (`scripts/build-flags`, read by scripts/test,
+/// scripts/coverage, scripts/bench, scripts/demo), never declared here — SwiftPM refuses
+/// `unsafeFlags` in a package that another one depends on by URL and version (issue 19 §1), and a
+/// newer compiler's new warning must not break someone else's build of this package.
+let strictSwift: [SwiftSetting] = []
 
 /// The Swift runtime and Foundation linked into the `cf-access-tcp` executable only (issue 5,
 /// idle memory): as shared libraries (libswiftCore, Foundation, FoundationEssentials, ICU, …)
@@ -11,6 +15,8 @@ let strictSwift: [SwiftSetting] = [.unsafeFlags(["-warnings-as-errors"])]
 /// `-static-stdlib` alone leaves Foundation's own dependencies unresolved (a static
 /// libFoundation.a names none of them), so they are listed here, and lld is used because it
 /// resolves archives whatever their order on the command line (gold does not).
+/// Unsafe flags are allowed here: SwiftPM checks only the targets of the library products a
+/// dependent package uses, and no library product contains the executable's target.
 let staticSwiftRuntime: [LinkerSetting] = [.unsafeFlags([
     "-static-stdlib", "-use-ld=lld",
     "-lFoundationEssentials", "-lFoundationInternationalization", "-lCoreFoundation",
@@ -34,6 +40,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.4.0"),
+        // `swift package generate-documentation --target CFAccessTCP` (or CFAccessSSH): the DocC
+        // catalogs in Sources/<Target>/<Target>.docc. A plugin only: nothing of it is linked.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // MARK: C libraries from Debian packages
@@ -50,10 +59,10 @@ let package = Package(
                        providers: [.apt(["libssh2-1-dev"])]),
         .systemLibrary(name: "CCFQREncode", pkgConfig: "libqrencode",
                        providers: [.apt(["libqrencode-dev"])]),
-        // The one thin shim: static inline forwarders for what Swift cannot import.
+        // The one thin shim: static inline forwarders for what Swift cannot import. No warning
+        // flags here (see `strictSwift`): scripts/check-c-warnings compiles it with -Wall -Werror.
         .target(name: "CCFShim",
-                dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium"],
-                cSettings: [.unsafeFlags(["-Wall", "-Werror"])]),
+                dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium"]),
 
         // MARK: Swift
         // Pure core: models, parsing, request building, decisions. No C, no I/O.

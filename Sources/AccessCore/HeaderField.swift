@@ -115,8 +115,8 @@ public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomD
     /// Parses a user `-H "Name: value"` argument.
     ///
     /// The name is what comes before the first ":", with surrounding spaces and tabs
-    /// trimmed; it must be a non-empty RFC 7230 token (letters, digits and
-    /// ``!#$%&'*+-.^_`|~``). The value is the rest, with surrounding spaces and tabs trimmed;
+    /// trimmed; it must be a non-empty RFC 7230 token (letters, digits, a backtick and
+    /// `!#$%&'*+-.^_|~`). The value is the rest, with surrounding spaces and tabs trimmed;
     /// it must not contain CR, LF or another control character except a tab. It may be
     /// empty. Error messages name the header but never show its value (it may be a secret).
     public static func parse(_ raw: String) throws(ConfigurationError) -> HeaderField {

@@ -77,6 +77,8 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             + (detail.isEmpty ? ")" : ", detail: \(detail))")
     }
 
+    /// Two failures are equal when they are the same failure (kind, category, retryability,
+    /// subject and technical detail), whatever the wording of their messages.
     public static func == (lhs: TunnelFailure, rhs: TunnelFailure) -> Bool {
         lhs.kind == rhs.kind && lhs.category == rhs.category && lhs.isRetryable == rhs.isRetryable
             && lhs.subject == rhs.subject && lhs.detail == rhs.detail

@@ -14,7 +14,7 @@ import Logging
 /// await tunnel.disconnect()
 /// ```
 ///
-/// The decisions live in ``SessionStateMachine`` (a value, no I/O); this actor performs its
+/// The decisions live in `SessionStateMachine` (a value, no I/O); this actor performs its
 /// actions and feeds back what happened.
 public actor AccessTunnel {
     /// What a session needs besides the hostname and credential.
@@ -93,6 +93,8 @@ public actor AccessTunnel {
 
     /// Creates a session in `.idle`.
     /// - Parameters:
+    ///   - options: everything but the hostname and the credential (see ``Options``).
+    ///   - logger: where the session logs (never a secret, at any level).
     ///   - transport: the I/O (default: libwebsockets); tests pass scripted doubles.
     ///   - clock: waits for retries and the connect deadline (default: real time).
     public init(options: Options = Options(), logger: Logger = Logger(label: "cf-access-tcp"),

@@ -8,7 +8,9 @@ public struct LiveTunnelTransport: TunnelTransport {
     let logger: Logger
     let report: @Sendable (String) -> Void
 
-    /// - Parameter report: receives the plain message of each failed bridged connection.
+    /// - Parameters:
+    ///   - logger: where the carrier logs.
+    ///   - report: receives the plain message of each failed bridged connection.
     public init(logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
         self.logger = logger
         self.report = report

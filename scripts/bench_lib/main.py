@@ -222,11 +222,18 @@ def read_os_release_name():
 # ---------------------------------------------------------------------------------------------
 # build
 
+def build_flags(root):
+    """The flags of every build of ours (scripts/build-flags): warnings as errors, and the same
+    binaries as scripts/test's release build."""
+    with open(os.path.join(root, "scripts", "build-flags"), encoding="utf-8") as handle:
+        return [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+
+
 def build(args, root):
     if args.bin_dir:
         bin_dir = os.path.abspath(args.bin_dir)
     else:
-        cmd = ["swift", "build", "-c", "release", "--scratch-path", args.scratch_path]
+        cmd = ["swift", "build", "-c", "release", "--scratch-path", args.scratch_path] + build_flags(root)
         log("building: %s" % " ".join(cmd))
         t0 = time.monotonic()
         out = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
