@@ -11,21 +11,35 @@ import Glibc
 /// One local socket paired with one WebSocket to the origin. Lives on the carrier thread only.
 ///
 /// Bytes from the local side queue in `toOrigin` and leave as binary frames; binary frames from the
-/// origin queue in `toLocal`. A queue above the high watermark pauses the side that fills it
-/// (`lws_rx_flow_control`), so memory stays bounded whatever either peer does. When one side ends,
-/// the other first drains what it still holds, then closes — the WebSocket with a Close frame.
+/// origin queue in `toLocal`. A queue above the high watermark pauses the side that fills it (its
+/// socket is no longer read), so memory stays bounded whatever either peer does. When one side
+/// ends, the other first drains what it still holds, then closes — the WebSocket with a Close frame.
 final class Bridge {
     let id: Int
     unowned let loop: CarrierLoop
     var localFD: Int32
+    /// libwebsockets' RAW connection to the edge (or the proxy): it opened the TCP connection,
+    /// keeps the timer, and closes the socket at the end.
     var webSocket: OpaquePointer?
-    /// After the upgrade: the WebSocket's TLS session and socket, which the bridge reads and
-    /// writes itself (libwebsockets owns and finally frees them).
+    /// After the upgrade: the WebSocket's TLS session, which the data path reads and writes.
     var ssl: OpaquePointer?
-    private var edgeFD: Int32 = -1
+    /// The connection's TLS session from the start of the handshake; ours to free.
+    var session: OpaquePointer?
+    var edgeFD: Int32 = -1
     /// What epoll watches on each socket now.
     private var localEvents: UInt32 = 0
-    private var edgeEvents: UInt32 = 0
+    var edgeEvents: UInt32 = 0
+    /// The dial (`Bridge+Dial.swift`): where it goes, where it is, what it sends and expects.
+    var route = EdgeRoute(address: "", port: 0)
+    var dialStage = DialStage.connecting
+    var headReader = ResponseHeadReader()
+    var proxyRequest: [UInt8] = []
+    var upgradeRequest: [UInt8] = []
+    /// Bytes of the current request already sent.
+    var dialSent = 0
+    var expectedAccept = ""
+    /// When the dial fails for want of an answer (monotonic nanoseconds).
+    var dialDeadline: UInt64?
     /// Where each side's life is (see the enums).
     var local = LocalSide.open
     var edge = EdgeSide.open
@@ -38,7 +52,7 @@ final class Bridge {
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
     private var readerStopped = false
-    private var random = SystemRandomNumberGenerator()
+    var random = SystemRandomNumberGenerator()
     /// Reading the local socket is paused: `toOrigin` is above the high watermark.
     private var localPaused = false
     /// Reading the TLS stream is paused: `toLocal` is above the high watermark.
@@ -87,41 +101,35 @@ final class Bridge {
     var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
     var logger: Logger { loop.logger }
 
-    /// The upgrade succeeded: from here on the bridge reads and writes the TLS stream and the
-    /// local socket itself (both watched by the loop's epoll), and libwebsockets only keeps the
-    /// connection's TLS session and socket, its timer, and closes them at the end.
-    func onEstablished(wsi: OpaquePointer) {
+    /// The 101 is read: from here on the bridge reads and writes the TLS stream and the local
+    /// socket (both watched by the loop's epoll). `leftover` is what came after the 101's head in
+    /// the same read: the first bytes of the data path.
+    func onEstablished(leftover: UnsafeRawBufferPointer) {
         established = true
+        dialDeadline = nil
         logger.debug("connection \(id): WebSocket established")
-        let fd = lws_get_socket_fd(wsi)
-        guard let session = lws_get_ssl(wsi), fd >= 0 else {
-            logger.error("connection \(id): the WebSocket has no TLS session to carry the data")
-            closeLocal()
-            killWebSocket()
-            return
-        }
-        _ = CCFShim_clamp_reads(session, 0)
-        logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
-        // libwebsockets must not read this socket any more: its per-byte frame parser is slow.
-        _ = lws_rx_flow_control(wsi, 0)
-        _ = SSL_ctrl(session, SSL_CTRL_MODE,
-                     Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
         ssl = session
-        edgeFD = fd
         let flags = fcntl(localFD, F_GETFL)
         _ = fcntl(localFD, F_SETFL, flags | O_NONBLOCK)
         loop.watch(fd: localFD, tag: tag(.local), events: EPOLLIN.rawValue)
         localEvents = EPOLLIN.rawValue
-        loop.watch(fd: edgeFD, tag: tag(.edge), events: EPOLLIN.rawValue)
         edgeEvents = EPOLLIN.rawValue
+        loop.modify(fd: edgeFD, tag: tag(.edge), events: edgeEvents)
         loop.onEvent(.established(id: id))
+        // Armed first: reading what already arrived may start a Close, whose 2 s timer must stay (12.8).
+        armKeepalive()
+        if leftover.count > 0 {
+            keepalive.heardFromEdge()
+            onEdgeBytes(leftover)
+        }
         // OpenSSL may already hold decrypted bytes that epoll cannot announce.
         readEdge()
+        updateInterest()
     }
 
     enum Side: UInt64 { case local = 0, edge = 1 }
 
-    private func tag(_ side: Side) -> UInt64 { UInt64(id) << 1 | side.rawValue }
+    func tag(_ side: Side) -> UInt64 { UInt64(id) << 1 | side.rawValue }
 
     /// An epoll event for one of the two sockets.
     func onEvent(_ side: Side, events: UInt32) {
@@ -139,6 +147,10 @@ final class Bridge {
                 }
             }
         case .edge:
+            if dialStage.isUnderWay {
+                advanceDial()
+                return
+            }
             guard ssl != nil else { return }
             if events & EPOLLOUT.rawValue != 0 { flushEdge() }
             if events & EPOLLIN.rawValue != 0 || failed {
@@ -171,7 +183,7 @@ final class Bridge {
             } else {
                 if errno == EINTR { continue }
                 if errno != EAGAIN && errno != EWOULDBLOCK {
-                    noteEnd(.localIOFailed(detail: "reading the local connection failed: \(Self.errorText(errno))"))
+                    noteEnd(.localIOFailed(detail: "reading the local connection failed: \(SystemError.current())"))
                     onLocalEnded()
                 }
                 return
@@ -232,9 +244,9 @@ final class Bridge {
             edgeBroken = true
             logger.debug("connection \(id): writing to the WebSocket failed")
             if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
-                noteEnd(.reset(detail: Self.errorText(code)))
+                noteEnd(.reset(detail: SystemError(code).description))
             } else {
-                noteEnd(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? Self.errorText(code) : "TLS error \(error)"))
+                noteEnd(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? SystemError(code).description : "TLS error \(error)"))
             }
             return -1
         }
@@ -312,7 +324,7 @@ final class Bridge {
                     ended = true
                     switch error {
                     case SSL_ERROR_ZERO_RETURN: endDetail = "TLS closed without a WebSocket Close"
-                    case SSL_ERROR_SYSCALL: endDetail = code == 0 ? "the connection ended without a WebSocket Close" : Self.errorText(code)
+                    case SSL_ERROR_SYSCALL: endDetail = code == 0 ? "the connection ended without a WebSocket Close" : SystemError(code).description
                     default: endDetail = "TLS error"
                     }
                 }
@@ -398,7 +410,7 @@ final class Bridge {
                 if n > 0 { offset += n; continue }
                 if n < 0 && errno == EINTR { continue }
                 if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
-                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(n < 0 ? errno : EPIPE))"))
+                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(n < 0 ? SystemError.current() : SystemError(EPIPE))"))
                 onLocalEnded()
                 return
             }
@@ -422,7 +434,7 @@ final class Bridge {
                 return max(0, n)
             }
             if failed {
-                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(failure))"))
+                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(SystemError(failure))"))
                 onLocalEnded()
                 return
             }
@@ -461,7 +473,7 @@ final class Bridge {
 
     // MARK: Keepalive
 
-    func armKeepalive(_ wsi: OpaquePointer) {
+    func armKeepalive() {
         let seconds = loop.configuration.keepaliveSeconds
         guard seconds > 0 else { return }
         keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
@@ -471,8 +483,8 @@ final class Bridge {
     static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     /// Sets the lws timer to the earliest deadline.
-    private func rearmTimer() {
-        guard let webSocket, let next = [closeDeadline, lingerDeadline, keepaliveDeadline].compactMap({ $0 }).min()
+    func rearmTimer() {
+        guard let webSocket, let next = [dialDeadline, closeDeadline, lingerDeadline, keepaliveDeadline].compactMap({ $0 }).min()
         else { return }
         let now = Self.now()
         let micros = next > now ? (next - now) / 1_000 : 0
@@ -482,6 +494,12 @@ final class Bridge {
     func onTimer(_ wsi: OpaquePointer) -> Int32 {
         guard wsi == webSocket, edge == .open else { return 0 }
         let now = Self.now()
+        if let deadline = dialDeadline, now >= deadline {
+            dialDeadline = nil
+            logger.debug("connection \(id): no answer within \(loop.configuration.handshakeTimeoutSeconds) s")
+            failDial(.timedOut)
+            return 0
+        }
         if let deadline = closeDeadline, now >= deadline {
             // The edge did not answer our Close in time.
             closeDeadline = nil
@@ -553,14 +571,21 @@ final class Bridge {
             loop.unwatch(fd: edgeFD)
             edgeFD = -1
         }
-        ssl = nil
+        releaseSession()
         edge.finish()
         toOrigin.reset()
         killWebSocket()
         if toLocal.isEmpty { closeLocal() }
     }
 
-    private func killWebSocket() {
+    /// Frees the TLS session (the socket stays libwebsockets' to close).
+    func releaseSession() {
+        if let session { SSL_free(session) }
+        session = nil
+        ssl = nil
+    }
+
+    func killWebSocket() {
         if let webSocket { lws_set_timeout(webSocket, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC) }
     }
 
@@ -581,7 +606,7 @@ final class Bridge {
             loop.unwatch(fd: edgeFD)
             edgeFD = -1
         }
-        ssl = nil
+        releaseSession()
         webSocket = nil
         edge.finish()
         toOrigin.reset()
@@ -603,15 +628,33 @@ final class Bridge {
             closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
             if toLocal.isEmpty { closeLocal() }
             if ssl == nil { killWebSocket() }
-        } else if local != .closed {
-            Glibc.close(localFD)
-            localFD = -1
-            local = .closed
+        } else {
+            if local != .closed {
+                Glibc.close(localFD)
+                localFD = -1
+                local = .closed
+            }
+            abortDial()
         }
+    }
+
+    /// Gives up a dial under way, without a failure to report (the loop is shutting down).
+    private func abortDial() {
+        guard dialStage.isUnderWay || dialStage == .connecting else { return }
+        dialStage = .over
+        dialDeadline = nil
+        if edgeFD >= 0 {
+            loop.unwatch(fd: edgeFD)
+            edgeFD = -1
+        }
+        releaseSession()
+        edge.finish()
+        killWebSocket()
     }
 
     /// After the loop's context is gone: close what libwebsockets did not own.
     func abandon() {
+        releaseSession()
         if localFD >= 0 {
             Glibc.close(localFD)
             localFD = -1
@@ -622,8 +665,6 @@ final class Bridge {
     private func noteEnd(_ reason: TunnelEnd) {
         if end == nil { end = reason }
     }
-
-    static func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
 
     func finishIfDone() {
         guard isFinished else { return }

@@ -43,6 +43,7 @@ struct LoggingSetup {
             return handler
         }
         logger = Logger(label: "cf-access-tcp")
+        ToolProcess.prepare(logger: logger)
     }
 }
 
