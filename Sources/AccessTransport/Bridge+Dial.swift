@@ -58,7 +58,7 @@ extension Bridge {
                     + "\(WebSocketUpgrade.requestLimit / 1024) KiB: shorten the extra headers")))
             upgradeRequest = []
             dialStage = .over
-            edge = .released
+            apply(.edgeReleased)
             return
         }
         let via = route.tunnelTarget.map { " through the proxy \(route.address):\(route.port) (CONNECT \($0))" }
@@ -93,9 +93,9 @@ extension Bridge {
                                             routeProblem: AddressResolver.routeProblem(address: route.address, port: route.port))))
             }
             dialStage = .over
-            edge = .released
-        } else if edge == .open {
-            webSocket = wsi
+            apply(.edgeReleased)
+        } else if dialStage == .connecting {
+            connection = wsi
             dialDeadline = Self.now() + UInt64(max(1, config.handshakeTimeoutSeconds)) * 1_000_000_000
             rearmTimer()
         }
@@ -103,7 +103,7 @@ extension Bridge {
 
     /// The TCP connection is open: libwebsockets stops reading it, and our dial goes on.
     func onTCPConnected(wsi: OpaquePointer) {
-        webSocket = wsi
+        connection = wsi
         let fd = lws_get_socket_fd(wsi)
         _ = lws_rx_flow_control(wsi, 0)
         guard fd >= 0 else {
@@ -329,15 +329,10 @@ extension Bridge {
     func failDial(_ problem: DialProblem) {
         dialStage = .over
         dialDeadline = nil
-        if edgeFD >= 0 {
-            loop.unwatch(fd: edgeFD)
-            edgeFD = -1
-        }
+        unwatchEdge()
         releaseSession()
-        edge.finish()
         fail(classified(problem))
-        killWebSocket()
-        finishIfDone()
+        killConnection()
     }
 
     func classified(_ problem: DialProblem) -> TunnelFailure {
@@ -374,50 +369,26 @@ extension Bridge {
                 advanceDial()
                 if dialStage.isUnderWay { failDial(.closedBeforeAnswer("the connection closed")) }
             }
-            onWebSocketClosed()
+            onConnectionClosed()
             return 0
         case LWS_CALLBACK_WSI_DESTROY:
-            webSocket = nil
-            edge = .released
-            if ssl != nil || session != nil { onWebSocketClosed() }
-            finishIfDone()
+            onConnectionReleased()
             return 0
         default:
             return 0
         }
     }
 
-    /// libwebsockets could not open the TCP connection.
+    /// libwebsockets could not open the TCP connection (it releases the connection next).
     func onConnectionError(message: String) {
         logger.debug("connection \(id): libwebsockets reports \"\(message)\"")
+        // A dial given up already (failed, or aborted by a shutdown) has nothing more to say.
+        guard dialStage == .connecting else { return }
         let problem = DialProblem.tcpConnect(message: message,
                                              routeProblem: AddressResolver.routeProblem(address: route.address, port: route.port))
-        webSocket = nil
         dialStage = .over
         dialDeadline = nil
-        edge.finish()
         fail(classified(problem))
-        finishIfDone()
-    }
-
-    func fail(_ failure: TunnelFailure) {
-        guard !reportedFailure else { return }
-        reportedFailure = true
-        // The owner reports the plain message to people; the log keeps the technical detail.
-        logger.debug("connection \(id) failed: \(failure.detail)")
-        if !established, local != .closed {
-            if handshake.handBackOnRefusal, failure.category == .authentication {
-                let fd = localFD
-                localFD = -1
-                local = .closed
-                loop.onEvent(.refused(id: id, socket: fd, failure))
-                return
-            }
-            Glibc.close(localFD)
-            localFD = -1
-            local = .closed
-        }
-        loop.onEvent(.failed(id: id, failure))
     }
 }
 

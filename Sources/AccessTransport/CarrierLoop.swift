@@ -286,7 +286,6 @@ package final class CarrierLoop: @unchecked Sendable {
         let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
         bridges[id] = bridge
         bridge.dial(route: route)
-        if bridge.isFinished { forget(bridge) }
     }
 
     /// Called by a bridge once both of its sides are gone.
