@@ -33,6 +33,7 @@ final class TLSClientContext {
         if let caFile {
             guard SSL_CTX_load_verify_locations(made, caFile, nil) == 1 else {
                 ERR_clear_error()
+                if let exhausted = FileDescriptors.exhausted() { throw exhausted }
                 throw .configuration(ConfigurationError(
                     "cannot load the CA certificates from \(caFile): give a readable PEM file of CA certificates"),
                     subject: .caFile)

@@ -29,6 +29,7 @@ struct LoggingSetup {
     }
 
     init(level raw: String, file: String?, directory: String?) throws(ConfigurationError) {
+        ToolProcess.prepare()
         let level = try Self.level(raw)
         let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
         let sink: LineSink
@@ -43,7 +44,7 @@ struct LoggingSetup {
             return handler
         }
         logger = Logger(label: "cf-access-tcp")
-        ToolProcess.prepare(logger: logger)
+        ToolProcess.routeLibWebSocketsLog(to: logger)
     }
 }
 

@@ -6,11 +6,10 @@ import Logging
 /// What the executable, and only the executable, changes in its own process for the libraries
 /// it links (the libraries themselves leave the host process alone: reference/DECISIONS.md).
 enum ToolProcess {
-    /// Sets up OpenSSL and libwebsockets for this process, once logging is set up. Call it before
-    /// the first tunnel or HTTPS request.
-    static func prepare(logger: Logger) {
+    /// Sets up OpenSSL for this process: call it first thing in every command, before any tunnel
+    /// or HTTPS request; then `routeLibWebSocketsLog(to:)` once logging is set up.
+    static func prepare() {
         _ = openSSLWithoutExitCleanup
-        routeLibWebSocketsLog(to: logger)
     }
 
     /// OpenSSL without its exit-time cleanup (`OPENSSL_INIT_NO_ATEXIT`): the process may exit
