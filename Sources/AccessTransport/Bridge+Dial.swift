@@ -45,9 +45,7 @@ extension Bridge {
         let config = loop.configuration
         let origin = config.request.origin
         self.route = route
-        var key = [UInt8](repeating: 0, count: 16)
-        for i in key.indices { key[i] = UInt8.random(in: 0 ... 255, using: &random) }
-        let keyText = Base64.encode(key, alphabet: .standard, padded: true)
+        let keyText = Base64.encode(loop.random.bytes(16), alphabet: .standard, padded: true)
         expectedAccept = Digest.webSocketAccept(key: keyText)
         let hostHeader = config.connectTo?.serverName ?? origin.hostHeader
         upgradeRequest = WebSocketUpgrade.requestHead(handshake.request, host: hostHeader, key: keyText)
@@ -111,8 +109,6 @@ extension Bridge {
             return
         }
         edgeFD = fd
-        loop.watch(fd: fd, tag: tag(.edge), events: 0)
-        edgeEvents = 0
         if let target = route.tunnelTarget {
             proxyRequest = WebSocketUpgrade.proxyConnectHead(target: target)
             dialSent = 0
@@ -157,10 +153,7 @@ extension Bridge {
                 }
             }
         }
-        if edgeFD >= 0, wanted != edgeEvents {
-            edgeEvents = wanted
-            loop.modify(fd: edgeFD, tag: tag(.edge), events: wanted)
-        }
+        watchEdge(wanted)
     }
 
     /// What one step of the dial came to.

@@ -34,6 +34,8 @@ final class Bridge {
     /// What epoll watches on each socket now.
     private var localEvents: UInt32 = 0
     var edgeEvents: UInt32 = 0
+    /// The edge's socket is in the loop's epoll set.
+    var edgeWatched = false
     /// The dial failed and was reported.
     private var failed = false
 
@@ -54,7 +56,6 @@ final class Bridge {
     /// Payload the local socket has not taken yet.
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
-    var random = SystemRandomNumberGenerator()
 
     init(id: Int, localFD: Int32, loop: CarrierLoop, handshake: Handshake) {
         self.id = id
@@ -135,8 +136,7 @@ final class Bridge {
         loop.watch(fd: localFD, tag: tag(.local), events: EPOLLIN.rawValue)
         localWatched = true
         localEvents = EPOLLIN.rawValue
-        edgeEvents = EPOLLIN.rawValue
-        loop.modify(fd: edgeFD, tag: tag(.edge), events: edgeEvents)
+        watchEdge(EPOLLIN.rawValue)
         // Armed first: reading what already arrived may start a Close, whose 2 s timer must stay (12.8).
         apply(.established)
         loop.onEvent(.established(id: id))
@@ -210,7 +210,7 @@ final class Bridge {
     @discardableResult
     private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) -> Bool {
         guard let session, machine.edgeIsOpen else { return false }
-        let key = UInt32.random(in: .min ... .max, using: &random)
+        let key = loop.random.word()
         let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
         let bytes = UnsafeRawBufferPointer(start: frame, count: payload + count - frame)
         var offset = 0
@@ -416,10 +416,7 @@ final class Bridge {
             var want: UInt32 = 0
             if machine.readsEdge { want |= EPOLLIN.rawValue }
             if !toOrigin.isEmpty { want |= EPOLLOUT.rawValue }
-            if want != edgeEvents {
-                edgeEvents = want
-                loop.modify(fd: edgeFD, tag: tag(.edge), events: want)
-            }
+            watchEdge(want)
         }
     }
 
@@ -460,10 +457,21 @@ final class Bridge {
     }
 
     func unwatchEdge() {
-        if edgeFD >= 0 {
-            loop.unwatch(fd: edgeFD)
-            edgeFD = -1
+        if edgeFD >= 0, edgeWatched { loop.unwatch(fd: edgeFD) }
+        edgeWatched = false
+        edgeFD = -1
+    }
+
+    /// Puts the edge's socket in the epoll set with these events, or changes them.
+    func watchEdge(_ events: UInt32) {
+        guard edgeFD >= 0 else { return }
+        if !edgeWatched {
+            loop.watch(fd: edgeFD, tag: tag(.edge), events: events)
+            edgeWatched = true
+        } else if events != edgeEvents {
+            loop.modify(fd: edgeFD, tag: tag(.edge), events: events)
         }
+        edgeEvents = events
     }
 
     func killConnection() {

@@ -302,9 +302,10 @@ struct BridgeStateMachine: Equatable {
             edge = .released
         }
         finishIfDone(&actions)
-        // The timer is set once, to the deadlines as they are after the event.
-        if let last = actions.lastIndex(of: .armTimer) {
-            actions = actions.enumerated().filter { $0.element != .armTimer || $0.offset == last }.map(\.element)
+        // The timer is set once, to the deadlines as they are after the event (the last request stays).
+        var kept = false
+        for index in actions.indices.reversed() where actions[index] == .armTimer {
+            if kept { actions.remove(at: index) } else { kept = true }
         }
         return actions
     }

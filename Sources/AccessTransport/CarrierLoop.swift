@@ -40,6 +40,8 @@ package final class CarrierLoop: @unchecked Sendable {
     let onEvent: @Sendable (BridgeEvent) -> Void
     /// The upgrade headers of connections bridged without their own request, built once.
     let defaultHandshake: Handshake
+    /// Where a `--connect-to`/`--resolve` pin sends every dial of this configuration, looked up once.
+    private let pinned: (address: String, port: Int)?
 
     /// Guarded by `contextLock` for the threads that wake the loop; the service thread destroys it.
     private var context: OpaquePointer?
@@ -55,6 +57,8 @@ package final class CarrierLoop: @unchecked Sendable {
     let rxBuffer: UnsafeMutableRawPointer
     let rxCapacity = 256 << 10
     let controlBuffer: UnsafeMutableRawPointer
+    /// Masking keys and upgrade keys (the service thread only).
+    var random = RandomPool()
     /// The epoll set of every established bridge's two sockets; itself watched by libwebsockets.
     private var epollFD: Int32 = -1
     private var epollEvents: UnsafeMutablePointer<epoll_event>
@@ -81,6 +85,8 @@ package final class CarrierLoop: @unchecked Sendable {
         self.tuning = tuning
         self.onEvent = onEvent
         self.defaultHandshake = Handshake(request: configuration.request, credential: configuration.credential)
+        pinned = AddressOverride.route(host: configuration.dialHost, port: configuration.dialPort,
+                                       resolve: configuration.resolveOverrides)
         txBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + tuning.chunkSize, alignment: 16)
         rxBuffer = .allocate(byteCount: rxCapacity, alignment: 16)
         controlBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + 128, alignment: 16)
@@ -231,7 +237,6 @@ package final class CarrierLoop: @unchecked Sendable {
     private func route() -> Result<EdgeRoute, TunnelFailure> {
         let host = configuration.dialHost
         let port = configuration.dialPort
-        let pinned = AddressOverride.route(host: host, port: port, resolve: configuration.resolveOverrides)
         if let proxy = configuration.proxy {
             // The proxy resolves the edge's name (a proxied network may have no DNS of its own).
             let target = HostText.withPort(pinned?.address ?? host, pinned?.port ?? port)

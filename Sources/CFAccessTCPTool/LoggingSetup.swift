@@ -59,7 +59,7 @@ extension LoggingSetup {
                 throw ConfigurationError("the log file \(path) is a symbolic link: give the path of a regular file "
                                          + "(links are refused so nobody can redirect the log)")
             }
-            throw ConfigurationError("cannot open the log file \(path): \(String(cString: strerror(errno)))")
+            throw ConfigurationError("cannot open the log file \(path): \(SystemError.current().text)")
         }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {

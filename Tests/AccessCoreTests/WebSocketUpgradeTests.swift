@@ -105,6 +105,7 @@ struct ResponseHeadReaderTests {
         ("HTTP/2 101 Switching\r\n\r\n", "a status line"),
         ("HTTP/1.1 1O1 Switching\r\n\r\n", "a status line"),
         ("HTTP/1.1\r\n\r\n", "a status line"),
+        ("HTTP/1.1 1011 x\r\n\r\n", "a status line"),
         ("HTTP/1.1 101 OK\r\nUpgrade: websocket\r\n continued\r\n\r\n", "a folded header line"),
         ("HTTP/1.1 101 OK\r\nno colon here\r\n\r\n", "not \"Name: value\""),
         ("HTTP/1.1 101 OK\r\n: empty name\r\n\r\n", "not \"Name: value\""),
@@ -131,6 +132,10 @@ struct ResponseHeadReaderTests {
         }
         #expect(outcome == .tooLarge(limit: 1024))
         #expect(fed < 1100)
+        // A head that ends, but past the limit, in one piece.
+        var whole = ResponseHeadReader(limit: 1024)
+        let long = "HTTP/1.1 101 x\r\nX-Long: " + String(repeating: "y", count: 1100) + "\r\n\r\n"
+        #expect(whole.feed(Array(long.utf8)) == .tooLarge(limit: 1024))
     }
 }
 

@@ -7,6 +7,14 @@ package struct ResponseHead: Sendable, Equatable {
         package let name: String
         /// The value, without leading and trailing spaces and tabs.
         package let value: String
+        /// The name's bytes in ASCII lower case, for lookups.
+        let key: [UInt8]
+
+        init(name: ArraySlice<UInt8>, value: ArraySlice<UInt8>) {
+            self.name = String(decoding: name, as: UTF8.self)
+            self.value = String(decoding: value, as: UTF8.self)
+            key = name.map(ASCII.lowercased)
+        }
     }
 
     /// The status code (three digits).
@@ -18,18 +26,49 @@ package struct ResponseHead: Sendable, Equatable {
 
     /// The first value of the header called `name` (case-insensitive), if any.
     package func value(_ name: String) -> String? {
-        let lowered = name.asciiLowercased
-        return fields.first { $0.name.asciiLowercased == lowered }?.value
+        let key = name.utf8.map(ASCII.lowercased)
+        return fields.first { $0.key == key }?.value
     }
 
     /// Whether some header called `name` lists `token` (comma-separated, case-insensitive), as
     /// `Connection: keep-alive, Upgrade` lists `upgrade`.
     package func lists(_ name: String, token: String) -> Bool {
-        let lowered = name.asciiLowercased
-        let wanted = token.asciiLowercased
+        let key = name.utf8.map(ASCII.lowercased)
+        let wanted = token.utf8.map(ASCII.lowercased)
         return fields.contains { field in
-            field.name.asciiLowercased == lowered
-                && field.value.split(separator: ",").contains { String($0).trimmingSpaces.asciiLowercased == wanted }
+            field.key == key && field.value.utf8.split(separator: UInt8(ascii: ",")).contains { item in
+                ASCII.trimmed(item).map(ASCII.lowercased).elementsEqual(wanted)
+            }
+        }
+    }
+}
+
+/// Byte-level helpers for HTTP heads (ASCII only, no Unicode work on the carrier's hot path).
+enum ASCII {
+    static func lowercased(_ byte: UInt8) -> UInt8 {
+        byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+    }
+
+    static func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+
+    /// `bytes` without leading and trailing spaces and tabs.
+    static func trimmed<C: BidirectionalCollection>(_ bytes: C) -> C.SubSequence where C.Element == UInt8 {
+        var slice = bytes[...]
+        while let first = slice.first, isBlank(first) { slice = slice.dropFirst() }
+        while let last = slice.last, isBlank(last) { slice = slice.dropLast() }
+        return slice
+    }
+
+    /// RFC 9110 token characters.
+    static func isToken(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            return true
+        default:
+            return false
         }
     }
 }
@@ -59,6 +98,8 @@ package struct ResponseHeadReader {
     /// Largest head accepted, in bytes.
     package let limit: Int
     private var buffer: [UInt8] = []
+    /// The last two bytes seen (0 before any), to find an empty line across pieces.
+    private var previous: (UInt8, UInt8) = (0, 0)
     /// A final outcome, returned again if fed after it.
     private var finished: Outcome?
 
@@ -77,23 +118,31 @@ package struct ResponseHeadReader {
     /// Feeds the next bytes of the answer.
     package mutating func feed(_ input: UnsafeRawBufferPointer) -> Outcome {
         if let finished { return finished }
-        var taken = 0
-        while taken < input.count {
-            let byte = input[taken]
-            taken += 1
-            buffer.append(byte)
-            let position = buffer.count - 1
-            if position < Self.httpPrefix.count, byte != Self.httpPrefix[position] {
+        // The first bytes must spell "HTTP/".
+        var checked = 0
+        while buffer.count + checked < Self.httpPrefix.count, checked < input.count {
+            if input[checked] != Self.httpPrefix[buffer.count + checked] {
                 var first = buffer
-                let more = min(Self.shownPrefix - first.count, input.count - taken)
-                if more > 0 { first += input[taken..<(taken + more)] }
+                first += input.prefix(Self.shownPrefix - first.count)
                 return finish(.notHTTP(first: first))
             }
-            if byte == 0x0A, endsWithEmptyLine(at: position) {
-                return finish(parse(consumed: taken))
-            }
-            if buffer.count >= limit { return finish(.tooLarge(limit: limit)) }
+            checked += 1
         }
+        // The end of the head: an LF right after an LF, or after LF CR.
+        var (beforeLast, last) = previous
+        for i in 0..<input.count {
+            let byte = input[i]
+            if byte == 0x0A, last == 0x0A || (last == 0x0D && beforeLast == 0x0A) {
+                guard buffer.count + i + 1 <= limit else { return finish(.tooLarge(limit: limit)) }
+                buffer += input[0...i]
+                return finish(parse(consumed: i + 1))
+            }
+            beforeLast = last
+            last = byte
+        }
+        previous = (beforeLast, last)
+        guard buffer.count + input.count < limit else { return finish(.tooLarge(limit: limit)) }
+        buffer += input
         return .needMore
     }
 
@@ -106,12 +155,6 @@ package struct ResponseHeadReader {
         finished = outcome
         buffer = []
         return outcome
-    }
-
-    /// Whether the LF at `position` ends an empty line (LF LF, or LF CR LF).
-    private func endsWithEmptyLine(at position: Int) -> Bool {
-        if position >= 1, buffer[position - 1] == 0x0A { return true }
-        return position >= 2 && buffer[position - 1] == 0x0D && buffer[position - 2] == 0x0A
     }
 
     private func parse(consumed: Int) -> Outcome {
@@ -130,37 +173,30 @@ package struct ResponseHeadReader {
         }
         var fields: [ResponseHead.Field] = []
         for line in lines.dropFirst() {
-            if let first = line.first, first == 0x20 || first == 0x09 {
+            if let first = line.first, ASCII.isBlank(first) {
                 return .malformed("a folded header line")
             }
-            guard let colon = line.firstIndex(of: 0x3A), colon > line.startIndex,
-                  line[line.startIndex..<colon].allSatisfy(Self.isTokenByte) else {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex,
+                  line[line.startIndex..<colon].allSatisfy(ASCII.isToken) else {
                 return .malformed("a header line that is not \"Name: value\"")
             }
-            let name = String(decoding: line[line.startIndex..<colon], as: UTF8.self)
-            let value = String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingSpaces
-            fields.append(ResponseHead.Field(name: name, value: value))
+            fields.append(ResponseHead.Field(name: line[line.startIndex..<colon], value: ASCII.trimmed(line[(colon + 1)...])))
         }
         return .complete(ResponseHead(status: status, reason: reason, fields: fields), consumed: consumed)
     }
 
-    /// `HTTP/1.x NNN reason` → (NNN, reason).
+    /// `HTTP/1.x NNN reason` (or `HTTP/1.x NNN`) → (NNN, reason).
     private static func statusLine(_ line: ArraySlice<UInt8>) -> (Int, String)? {
-        let text = String(decoding: line, as: UTF8.self)
-        let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count >= 2, parts[0] == "HTTP/1.1" || parts[0] == "HTTP/1.0",
-              parts[1].count == 3, parts[1].allSatisfy({ $0.isASCII && $0.isNumber }), let status = Int(parts[1])
-        else { return nil }
-        return (status, parts.count == 3 ? String(parts[2]) : "")
-    }
-
-    /// RFC 9110 token characters.
-    private static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        default:
-            return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+        let bytes = Array(line)
+        guard bytes.count >= 12, bytes.starts(with: Array("HTTP/1.".utf8)),
+              bytes[7] == UInt8(ascii: "0") || bytes[7] == UInt8(ascii: "1"), bytes[8] == 0x20 else { return nil }
+        var status = 0
+        for byte in bytes[9..<12] {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            status = status * 10 + Int(byte - UInt8(ascii: "0"))
         }
+        if bytes.count == 12 { return (status, "") }
+        guard bytes[12] == 0x20 else { return nil }
+        return (status, String(decoding: bytes[13...], as: UTF8.self))
     }
 }
