@@ -1,4 +1,3 @@
-internal import CCFWebSockets
 internal import CCFOpenSSL
 internal import CCFShim
 import AccessCore
@@ -8,9 +7,9 @@ import Logging
 import Glibc
 #endif
 
-/// Where a connection to the edge goes: what libwebsockets dials, and what a proxy is asked for.
+/// Where a connection to the edge goes: the address dialled, and what a proxy is asked for.
 struct EdgeRoute: Sendable {
-    /// The numeric address libwebsockets connects to: the edge's, or the proxy's.
+    /// The numeric address connected to: the edge's, or the proxy's.
     var address: String
     /// Its port.
     var port: Int
@@ -18,11 +17,11 @@ struct EdgeRoute: Sendable {
     var tunnelTarget: String?
 }
 
-/// Where a bridge's dial is. libwebsockets only opens the TCP connection (a RAW client); the
-/// carrier does the rest on that socket itself: `CONNECT` to a proxy, the TLS handshake on its
-/// own `SSL_CTX`, and the HTTP upgrade, written and read by us.
+/// Where a bridge's dial is. The bridge does all of it on its own socket, driven by the carrier's
+/// epoll set: the TCP connect, `CONNECT` to a proxy, the TLS handshake on the carrier's own
+/// `SSL_CTX`, and the HTTP upgrade, written and read by us.
 enum DialStage {
-    /// libwebsockets is opening the TCP connection.
+    /// The TCP connection is being opened.
     case connecting
     /// The `CONNECT` request goes out, then the proxy's answer is read.
     case proxy
@@ -34,13 +33,13 @@ enum DialStage {
     case over
 }
 
-/// The dial of a bridge: the TCP connection libwebsockets opens, then our own proxy `CONNECT`,
-/// TLS handshake and HTTP upgrade, and a dial that failed. Once the 101 is read, the data path
-/// (`Bridge.swift`) takes over the TLS stream, starting with the bytes that came after the 101.
+/// The dial of a bridge: the TCP connection, our proxy `CONNECT`, TLS handshake and HTTP upgrade,
+/// and a dial that failed. Once the 101 is read, the data path (`Bridge.swift`) takes over the TLS
+/// stream, starting with the bytes that came after the 101.
 extension Bridge {
     // MARK: Dialing
 
-    /// Starts the dial: checks the request, then asks libwebsockets for the TCP connection.
+    /// Starts the dial: checks the request, then opens the TCP connection (non-blocking).
     func dial(route: EdgeRoute) {
         let config = loop.configuration
         let origin = config.request.origin
@@ -51,64 +50,58 @@ extension Bridge {
         upgradeRequest = WebSocketUpgrade.requestHead(handshake.request, host: hostHeader, key: keyText)
         guard upgradeRequest.count <= WebSocketUpgrade.requestLimit else {
             // Said plainly before any byte leaves.
-            fail(.configuration(ConfigurationError(
-                "the upgrade request's headers (\(upgradeRequest.count) bytes) do not fit in one request of at most "
-                    + "\(WebSocketUpgrade.requestLimit / 1024) KiB: shorten the extra headers")))
+            let size = upgradeRequest.count
             upgradeRequest = []
             dialStage = .over
-            apply(.edgeReleased)
+            fail(.configuration(ConfigurationError(
+                "the upgrade request's headers (\(size) bytes) do not fit in one request of at most "
+                    + "\(WebSocketUpgrade.requestLimit / 1024) KiB: shorten the extra headers")))
             return
         }
         let via = route.tunnelTarget.map { " through the proxy \(route.address):\(route.port) (CONNECT \($0))" }
             ?? " via \(route.address):\(route.port)"
         logger.debug("connection \(id): dialing \(origin.webSocketURL)\(via)",
                      metadata: ["headers": "\(handshake.redactedLines)"])
-        var wsi: OpaquePointer?
-        route.address.withCString { addr in
-            "RAW".withCString { method in
-                CarrierLoop.edgeProtocolName.withCString { proto in
-                    var info = lws_client_connect_info()
-                    info.context = loop.lwsContext
-                    info.vhost = loop.vhost
-                    info.address = addr
-                    info.host = addr
-                    info.port = Int32(route.port)
-                    info.method = method
-                    info.local_protocol_name = proto
-                    info.opaque_user_data = opaque
-                    info.pwsi = withUnsafeMutablePointer(to: &wsi) { $0 }
-                    _ = lws_client_connect_via_info(&info)
-                }
+        dialDeadline = Self.now() + UInt64(max(1, config.handshakeTimeoutSeconds)) * 1_000_000_000
+        switch SocketAddress(numeric: route.address, port: route.port) {
+        case nil:
+            failDial(.tcpConnect(SystemError(EINVAL, operation: "the address \(route.address)")))
+        case let address?:
+            let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else {
+                failDial(.tcpConnect(SystemError.current("socket()")))
+                return
             }
-        }
-        if wsi == nil {
-            // Failed synchronously: the wsi no longer exists, whatever callbacks ran before (a
-            // connection error reported then has already failed the bridge).
-            if let exhausted = FileDescriptors.exhausted() {
-                fail(exhausted)
+            edgeFD = fd
+            var one: Int32 = 1
+            _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let result = address.withSockaddr { connect(fd, $0, $1) }
+            let error = SystemError.current("connect()")
+            if result == 0 {
+                connected()
+                advanceDial()
+            } else if error.code == EINPROGRESS || error.code == EINTR {
+                // Writable once connected, or an error: `connectStep` says which.
+                watchEdge(EPOLLOUT.rawValue)
+                rearmTimer()
             } else {
-                fail(classified(.tcpConnect(message: "libwebsockets refused to start the connection",
-                                            routeProblem: AddressResolver.routeProblem(address: route.address, port: route.port))))
+                failDial(.tcpConnect(error))
             }
-            dialStage = .over
-            apply(.edgeReleased)
-        } else if dialStage == .connecting {
-            connection = wsi
-            dialDeadline = Self.now() + UInt64(max(1, config.handshakeTimeoutSeconds)) * 1_000_000_000
-            rearmTimer()
         }
     }
 
-    /// The TCP connection is open: libwebsockets stops reading it, and our dial goes on.
-    func onTCPConnected(wsi: OpaquePointer) {
-        connection = wsi
-        let fd = lws_get_socket_fd(wsi)
-        _ = lws_rx_flow_control(wsi, 0)
-        guard fd >= 0 else {
-            failDial(.closedDuringTLS("libwebsockets gave no socket"))
-            return
-        }
-        edgeFD = fd
+    /// The TCP connect finished: its outcome.
+    private func connectStep() -> DialStep {
+        var error: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(edgeFD, SOL_SOCKET, SO_ERROR, &error, &length) != 0 { error = errno }
+        if error != 0 { return .failed(.tcpConnect(SystemError(error, operation: "connect()"))) }
+        connected()
+        return dialStage == .over ? .wait(0) : .next
+    }
+
+    /// The TCP connection is open: the proxy's `CONNECT`, or TLS at once.
+    private func connected() {
         if let target = route.tunnelTarget {
             proxyRequest = WebSocketUpgrade.proxyConnectHead(target: target)
             dialSent = 0
@@ -117,7 +110,6 @@ extension Bridge {
         } else {
             startTLS()
         }
-        advanceDial()
     }
 
     /// Starts the TLS handshake on the connected socket.
@@ -137,11 +129,12 @@ extension Bridge {
         var wanted: UInt32 = 0
         loop: while true {
             switch dialStage {
-            case .connecting, .over:
+            case .over:
                 return
-            case .proxy, .tls, .upgrade:
+            case .connecting, .proxy, .tls, .upgrade:
                 let step: DialStep
                 switch dialStage {
+                case .connecting: step = connectStep()
                 case .proxy: step = proxyStep()
                 case .tls: step = handshakeStep()
                 default: step = upgradeStep()
@@ -322,10 +315,9 @@ extension Bridge {
     func failDial(_ problem: DialProblem) {
         dialStage = .over
         dialDeadline = nil
-        unwatchEdge()
         releaseSession()
+        closeEdgeSocket()
         fail(classified(problem))
-        killConnection()
     }
 
     func classified(_ problem: DialProblem) -> TunnelFailure {
@@ -337,60 +329,9 @@ extension Bridge {
             timeoutSeconds: config.handshakeTimeoutSeconds)
         return DialFailureClassifier.classify(problem, context)
     }
-
-    // MARK: Callbacks
-
-    func handle(wsi: OpaquePointer, reason: lws_callback_reasons, user: UnsafeMutableRawPointer?,
-                input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        switch reason {
-        case LWS_CALLBACK_RAW_CONNECTED:
-            onTCPConnected(wsi: wsi)
-            return 0
-        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? ""
-            onConnectionError(message: message)
-            return 0
-        case LWS_CALLBACK_TIMER:
-            return onTimer(wsi)
-        case LWS_CALLBACK_RAW_RX:
-            // Never expected: libwebsockets stops reading this socket as soon as it is connected.
-            logger.error("connection \(id): libwebsockets read bytes of the edge's socket; closing")
-            return -1
-        case LWS_CALLBACK_RAW_CLOSE:
-            if dialStage.isUnderWay {
-                // libwebsockets saw the socket fail before we did: one more step names the cause.
-                advanceDial()
-                if dialStage.isUnderWay { failDial(.closedBeforeAnswer("the connection closed")) }
-            }
-            onConnectionClosed()
-            return 0
-        case LWS_CALLBACK_WSI_DESTROY:
-            onConnectionReleased()
-            return 0
-        default:
-            return 0
-        }
-    }
-
-    /// libwebsockets could not open the TCP connection (it releases the connection next).
-    func onConnectionError(message: String) {
-        logger.debug("connection \(id): libwebsockets reports \"\(message)\"")
-        // A dial given up already (failed, or aborted by a shutdown) has nothing more to say.
-        guard dialStage == .connecting else { return }
-        let problem = DialProblem.tcpConnect(message: message,
-                                             routeProblem: AddressResolver.routeProblem(address: route.address, port: route.port))
-        dialStage = .over
-        dialDeadline = nil
-        fail(classified(problem))
-    }
 }
 
 extension DialStage {
-    /// The dial is past libwebsockets' TCP connect and not over.
-    var isUnderWay: Bool {
-        switch self {
-        case .proxy, .tls, .upgrade: return true
-        case .connecting, .over: return false
-        }
-    }
+    /// The dial has started and is not over.
+    var isUnderWay: Bool { self != .over }
 }

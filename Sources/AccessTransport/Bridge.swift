@@ -1,4 +1,3 @@
-internal import CCFWebSockets
 internal import CCFOpenSSL
 internal import CCFShim
 import AccessCore
@@ -25,9 +24,6 @@ final class Bridge {
     var localFD: Int32
     /// The local socket is in the loop's epoll set (from the 101 on).
     private var localWatched = false
-    /// libwebsockets' RAW connection to the edge (or the proxy): it opened the TCP connection,
-    /// keeps the timer, and closes the socket at the end.
-    var connection: OpaquePointer?
     /// The connection's TLS session from the start of the handshake; ours to free.
     var session: OpaquePointer?
     var edgeFD: Int32 = -1
@@ -38,6 +34,13 @@ final class Bridge {
     var edgeWatched = false
     /// The dial failed and was reported.
     private var failed = false
+    /// The deadline the loop's timer holds for this bridge, and the generation of that request.
+    private var scheduledDeadline: UInt64?
+    private(set) var timerGeneration = 0
+    /// How deep `apply` calls are nested, and whether the edge's socket was closed meanwhile: the
+    /// machine hears of it once the actions in progress are all done.
+    private var applyDepth = 0
+    private var edgeReleasePending = false
 
     /// The dial (`Bridge+Dial.swift`): where it goes, where it is, what it sends and expects.
     var route = EdgeRoute(address: "", port: 0)
@@ -74,14 +77,25 @@ final class Bridge {
     var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
     var logger: Logger { loop.logger }
 
-    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    /// Monotonic nanoseconds (CLOCK_MONOTONIC, the loop's timerfd clock).
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
 
     // MARK: The machine
 
     /// Tells the machine what happened and performs what it says, in order.
     func apply(_ event: BridgeStateMachine.Event) {
+        applyDepth += 1
         for action in machine.handle(event, now: Self.now()) {
             perform(action)
+        }
+        applyDepth -= 1
+        if applyDepth == 0, edgeReleasePending {
+            edgeReleasePending = false
+            apply(.edgeReleased)
         }
     }
 
@@ -105,13 +119,12 @@ final class Bridge {
             releaseSession()
             toOrigin.reset()
         case .killConnection:
-            killConnection()
+            closeEdgeSocket()
         case .abortDial:
             dialStage = .over
             dialDeadline = nil
-            unwatchEdge()
             releaseSession()
-            killConnection()
+            closeEdgeSocket()
         case .readEdge:
             readEdge()
         case .armTimer:
@@ -422,22 +435,23 @@ final class Bridge {
 
     // MARK: Timer
 
-    /// Sets libwebsockets' timer of the connection to the earliest deadline (the dial's or the
-    /// machine's).
+    /// Asks the loop's timer for the earliest deadline (the dial's or the machine's), when it moved.
     func rearmTimer() {
-        guard let connection, let next = [dialDeadline, machine.nextDeadline].compactMap({ $0 }).min() else { return }
-        let now = Self.now()
-        let micros = next > now ? (next - now) / 1_000 : 0
-        lws_set_timer_usecs(connection, lws_usec_t(max(1, micros)))
+        let next = [dialDeadline, machine.nextDeadline].compactMap({ $0 }).min()
+        guard next != scheduledDeadline else { return }
+        scheduledDeadline = next
+        timerGeneration &+= 1
+        if let next { loop.schedule(bridge: id, generation: timerGeneration, at: next) }
     }
 
-    func onTimer(_ wsi: OpaquePointer) -> Int32 {
-        guard wsi == connection else { return 0 }
+    /// The loop's timer reached this bridge's deadline.
+    func onTimer() {
+        scheduledDeadline = nil
         if let deadline = dialDeadline, Self.now() >= deadline {
             dialDeadline = nil
             logger.debug("connection \(id): no answer within \(loop.configuration.handshakeTimeoutSeconds) s")
             failDial(.timedOut)
-            return 0
+            return
         }
         let before = machine.end
         apply(.timer)
@@ -445,7 +459,7 @@ final class Bridge {
             logger.debug("connection \(id): the edge did not answer keepalive pings for \(seconds) s; closing the tunnel")
         }
         updateInterest()
-        return 0
+        rearmTimer()
     }
 
     // MARK: Endings
@@ -459,7 +473,16 @@ final class Bridge {
     func unwatchEdge() {
         if edgeFD >= 0, edgeWatched { loop.unwatch(fd: edgeFD) }
         edgeWatched = false
+    }
+
+    /// Closes the edge's socket (once); the machine hears it is released when the actions in
+    /// progress are done.
+    func closeEdgeSocket() {
+        guard edgeFD >= 0 else { return }
+        unwatchEdge()
+        Glibc.close(edgeFD)
         edgeFD = -1
+        edgeReleasePending = true
     }
 
     /// Puts the edge's socket in the epoll set with these events, or changes them.
@@ -474,10 +497,6 @@ final class Bridge {
         edgeEvents = events
     }
 
-    func killConnection() {
-        if let connection { lws_set_timeout(connection, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC) }
-    }
-
     private func closeLocalSocket() {
         guard localFD >= 0 else { return }
         if localWatched { loop.unwatch(fd: localFD) }
@@ -487,32 +506,19 @@ final class Bridge {
         toLocal.reset()
     }
 
-    /// libwebsockets closed the connection (after our teardown, or on its own: context destroyed).
-    func onConnectionClosed() {
-        logger.debug("connection \(id): the edge's connection closed")
-        apply(.edgeClosed)
-        updateInterest()
-    }
-
-    /// libwebsockets released the connection: no callback can follow.
-    func onConnectionReleased() {
-        connection = nil
-        apply(.edgeReleased)
-    }
-
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
         apply(.shutdown)
         updateInterest()
     }
 
-    /// After the loop's context is gone: close what libwebsockets did not own.
+    /// The loop is gone: close what is left, without a word to anyone.
     func abandon() {
         releaseSession()
-        if localFD >= 0 {
-            Glibc.close(localFD)
-            localFD = -1
-        }
+        if edgeFD >= 0 { Glibc.close(edgeFD) }
+        edgeFD = -1
+        if localFD >= 0 { Glibc.close(localFD) }
+        localFD = -1
     }
 
     /// The dial failed: the owner is told (the local socket closed, or handed back after an Access
@@ -530,7 +536,7 @@ final class Bridge {
             if fd >= 0 { Glibc.close(fd) }
             loop.onEvent(.failed(id: id, failure))
         }
-        // libwebsockets still calls back once to release its connection (or was told it has none).
-        apply(.dialFailed(released: false))
+        // The dial's socket is closed already (`failDial`), or was never opened.
+        apply(.dialFailed(released: edgeFD < 0))
     }
 }

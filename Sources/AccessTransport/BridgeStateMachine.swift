@@ -91,9 +91,7 @@ struct BridgeStateMachine: Equatable {
         case timer
         /// The carrier shuts down: close both sides (the WebSocket with Close 1001).
         case shutdown
-        /// libwebsockets closed the edge's connection (after our teardown, or on its own).
-        case edgeClosed
-        /// libwebsockets released the connection: no callback can follow.
+        /// The edge's socket is closed: nothing of the edge's side remains.
         case edgeReleased
     }
 
@@ -104,10 +102,10 @@ struct BridgeStateMachine: Equatable {
         case sendControl(opcode: UInt8, payload: [UInt8])
         /// Close the local socket (whatever is queued for it is dropped).
         case closeLocal
-        /// Stop using the TLS stream, drop what is queued for the edge, and let libwebsockets
-        /// close the socket; with `closeNotify`, first end the TLS session properly.
+        /// Stop using the TLS stream and drop what is queued for the edge; with `closeNotify`,
+        /// first end the TLS session properly. (`killConnection` closes the socket next.)
         case tearDownEdge(closeNotify: Bool)
-        /// Let libwebsockets close the edge's connection (nothing of ours uses it any more).
+        /// Close the edge's socket (nothing of ours uses it any more); `edgeReleased` follows.
         case killConnection
         /// Give up a dial under way (shutdown before the WebSocket opened).
         case abortDial
@@ -126,9 +124,9 @@ struct BridgeStateMachine: Equatable {
         case dialling
         /// The TLS stream carries bytes.
         case open
-        /// No more bytes come or go; libwebsockets still holds the connection.
+        /// No more bytes come or go; the socket is not closed yet.
         case done
-        /// libwebsockets released the connection.
+        /// The socket is closed.
         case released
     }
 
@@ -295,8 +293,6 @@ struct BridgeStateMachine: Equatable {
         case .shutdown:
             noteEnd(.shutdown)
             closeBoth(now, &actions)
-        case .edgeClosed:
-            edgeGone(&actions)
         case .edgeReleased:
             edgeGone(&actions)
             edge = .released
@@ -393,7 +389,7 @@ struct BridgeStateMachine: Equatable {
         if toLocal.count == 0, local != .closed { closeLocal(&actions) }
     }
 
-    /// libwebsockets closed or released the connection.
+    /// The edge's socket is gone (closed by us; a late report changes nothing).
     private mutating func edgeGone(_ actions: inout [Action]) {
         switch edge {
         case .open:

@@ -12,9 +12,10 @@ import Logging
 ///
 /// One thread owns the `lws_context` and runs `lws_service`; other threads hand it work through a
 /// locked command queue and `lws_cancel_service`, drained on `LWS_CALLBACK_EVENT_WAIT_CANCELLED`.
-/// Each bridge pairs a local socket with one WebSocket to the edge: libwebsockets opens its TCP
-/// connection (a RAW client), the bridge does the proxy `CONNECT`, TLS (on this loop's own
-/// `SSL_CTX`) and the HTTP upgrade itself, then carries the bytes through one epoll set.
+/// Each bridge pairs a local socket with one WebSocket to the edge, all of it on this thread and
+/// in one epoll set (which libwebsockets' loop watches): the bridge opens the TCP connection, does
+/// the proxy `CONNECT`, TLS (on this loop's own `SSL_CTX`) and the HTTP upgrade itself, then
+/// carries the bytes. The deadlines of every bridge share one timerfd in the same epoll set.
 package final class CarrierLoop: @unchecked Sendable {
     /// Tunable sizes of the data path.
     package struct Tuning: Sendable {
@@ -63,6 +64,12 @@ package final class CarrierLoop: @unchecked Sendable {
     private var epollFD: Int32 = -1
     private var epollEvents: UnsafeMutablePointer<epoll_event>
     private let epollBatch = 256
+    /// The one timer of every bridge's deadlines (in the epoll set), armed to the earliest of them.
+    private var timerFD: Int32 = -1
+    private var deadlines = DeadlineHeap()
+    private var armedDeadline: UInt64?
+    /// The epoll tag of the timer (bridge tags are `id << 1 | side`, ids count from 1).
+    private static let timerTag = UInt64.max
 
     private let commands = LockedBox<[Command]>([])
     private let ids = LockedBox(0)
@@ -72,8 +79,6 @@ package final class CarrierLoop: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let threadStarted = LockedBox(false)
 
-    /// The protocol of the RAW connections to the edge (or the proxy).
-    static let edgeProtocolName = "cfat-edge"
     /// The protocol of the epoll set, adopted as a raw file.
     static let rawProtocolName = "cfat-raw"
 
@@ -91,20 +96,18 @@ package final class CarrierLoop: @unchecked Sendable {
         rxBuffer = .allocate(byteCount: rxCapacity, alignment: 16)
         controlBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + 128, alignment: 16)
         epollEvents = .allocate(capacity: epollBatch)
-        protocolNames = [strdup(Self.edgeProtocolName)!, strdup(Self.rawProtocolName)!]
-        protocols = .allocate(capacity: 3)
-        protocols.initialize(repeating: lws_protocols(), count: 3)
-        for i in 0..<2 {
-            protocols[i].name = UnsafePointer(protocolNames[i])
-            protocols[i].callback = carrierCallback
-            // libwebsockets never reads nor writes these connections' bytes: no buffer of its own.
-            protocols[i].rx_buffer_size = 128
-        }
+        protocolNames = [strdup(Self.rawProtocolName)!]
+        protocols = .allocate(capacity: 2)
+        protocols.initialize(repeating: lws_protocols(), count: 2)
+        protocols[0].name = UnsafePointer(protocolNames[0])
+        protocols[0].callback = carrierCallback
+        // libwebsockets never reads the epoll set itself: no buffer of its own.
+        protocols[0].rx_buffer_size = 128
     }
 
     deinit {
         if let context { lws_context_destroy(context) }   // only when the service thread never ran
-        protocols.deinitialize(count: 3)
+        protocols.deinitialize(count: 2)
         protocols.deallocate()
         protocolNames.forEach { free($0) }
         txBuffer.deallocate()
@@ -117,9 +120,6 @@ package final class CarrierLoop: @unchecked Sendable {
     package func start() throws(TunnelFailure) {
         tls = try TLSClientContext(caFile: configuration.caFile,
                                    acceptsUnverified: configuration.connectTo?.skipVerification == true)
-        // Our connections' own deadline (the handshake timeout) comes first; libwebsockets' connect
-        // timeout only backs it up.
-        let backstop = UInt32(max(1, configuration.handshakeTimeoutSeconds) + 5)
         var info = lws_context_creation_info()
         // No LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT: libwebsockets does no TLS for us, so it takes no
         // process-wide OpenSSL state (ex-data indexes) either.
@@ -138,8 +138,6 @@ package final class CarrierLoop: @unchecked Sendable {
             v.port = CONTEXT_PORT_NO_LISTEN
             v.protocols = UnsafePointer(protocols)
             v.vhost_name = name
-            v.timeout_secs = backstop
-            v.connect_timeout_secs = backstop
             return lws_create_vhost(ctx, &v)
         }
         guard let made else {
@@ -165,6 +163,10 @@ package final class CarrierLoop: @unchecked Sendable {
             throw TunnelFailure.internalError("libwebsockets could not watch the data path's epoll set")
         }
         epollFD = ep
+        let timer = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        guard timer >= 0 else { throw SystemError.current("timerfd_create()").tunnelFailure }
+        timerFD = timer
+        watch(fd: timer, tag: Self.timerTag, events: EPOLLIN.rawValue)
 
         let thread = Thread { [self] in
             // A write to a socket whose peer is gone raises SIGPIPE in the writing thread. OpenSSL
@@ -203,6 +205,8 @@ package final class CarrierLoop: @unchecked Sendable {
         epollFD = -1   // closed by libwebsockets with the context
         for bridge in bridges.values { bridge.abandon() }
         bridges.removeAll()
+        if timerFD >= 0 { Glibc.close(timerFD) }
+        timerFD = -1
         finished.signal()
     }
 
@@ -298,7 +302,38 @@ package final class CarrierLoop: @unchecked Sendable {
         bridges.removeValue(forKey: bridge.id)
     }
 
-    var lwsContext: OpaquePointer? { context }
+    // MARK: Deadlines
+
+    /// Calls `bridge.onTimer()` at `deadline` (monotonic nanoseconds) unless the bridge asked again
+    /// since (a newer `generation`) or is gone.
+    func schedule(bridge id: Int, generation: Int, at deadline: UInt64) {
+        deadlines.push(DeadlineHeap.Entry(deadline: deadline, id: id, generation: generation))
+        if armedDeadline.map({ deadline < $0 }) ?? true { armTimer(deadline) }
+    }
+
+    private func armTimer(_ deadline: UInt64?) {
+        armedDeadline = deadline
+        var spec = itimerspec()
+        if let deadline {
+            // Absolute CLOCK_MONOTONIC time, as `Bridge.now()` reads it; 0 would disarm.
+            let at = max(deadline, 1)
+            spec.it_value.tv_sec = Int(at / 1_000_000_000)
+            spec.it_value.tv_nsec = Int(at % 1_000_000_000)
+        }
+        _ = timerfd_settime(timerFD, Int32(TFD_TIMER_ABSTIME), &spec, nil)
+    }
+
+    /// The timer fired: every due deadline is served, then the timer is armed for the next.
+    private func serviceTimer() {
+        var expirations: UInt64 = 0
+        _ = read(timerFD, &expirations, MemoryLayout<UInt64>.size)
+        let now = Bridge.now()
+        while let next = deadlines.first, next.deadline <= now {
+            deadlines.removeFirst()
+            if let bridge = bridges[next.id], bridge.timerGeneration == next.generation { bridge.onTimer() }
+        }
+        armTimer(deadlines.first?.deadline)
+    }
 
     // MARK: The data path's epoll set
 
@@ -328,6 +363,10 @@ package final class CarrierLoop: @unchecked Sendable {
             for i in 0..<n {
                 let tag = epollEvents[i].data.u64
                 let events = epollEvents[i].events
+                if tag == Self.timerTag {
+                    serviceTimer()
+                    continue
+                }
                 guard let bridge = bridges[Int(tag >> 1)] else { continue }
                 bridge.onEvent(tag & 1 == 0 ? .local : .edge, events: events)
             }
@@ -336,14 +375,15 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 }
 
-/// The one C entry point for every protocol of the carrier's vhost.
+/// The one C entry point of the carrier's vhost: its epoll set became readable, or another thread
+/// woke the loop.
 private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reasons,
                              _ user: UnsafeMutableRawPointer?, _ input: UnsafeMutableRawPointer?,
                              _ len: Int) -> Int32 {
     guard let wsi else { return 0 }
     switch reason {
     case LWS_CALLBACK_RAW_RX_FILE:
-        if lws_get_opaque_user_data(wsi) == nil, let raw = lws_context_user(lws_get_context(wsi)) {
+        if let raw = lws_context_user(lws_get_context(wsi)) {
             Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().serviceEpoll()
         }
         return 0
@@ -353,9 +393,7 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
         }
         return 0
     default:
-        guard let raw = lws_get_opaque_user_data(wsi) else { return 0 }
-        let bridge = Unmanaged<Bridge>.fromOpaque(raw).takeUnretainedValue()
-        return bridge.handle(wsi: wsi, reason: reason, user: user, input: input, len: len)
+        return 0
     }
 }
 

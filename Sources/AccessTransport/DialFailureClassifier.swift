@@ -1,12 +1,13 @@
 import AccessCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// How a dial failed, as the carrier saw it: typed by the stage it was in. Only the TCP connect
-/// still comes with libwebsockets' words; TLS, the proxy's answer and the upgrade's answer are
-/// our own reads (`EdgeDial`).
+/// How a dial failed, as the carrier saw it (`Bridge+Dial.swift`): typed by the stage it was in,
+/// from our own system calls and reads, never a library's message texts.
 enum DialProblem: Sendable, Equatable {
-    /// libwebsockets could not open the TCP connection (to the edge, or to the proxy): its words,
-    /// and what the kernel says of the route when it has none.
-    case tcpConnect(message: String, routeProblem: String?)
+    /// The TCP connection (to the edge, or to the proxy) could not be opened: the system's error.
+    case tcpConnect(SystemError)
     /// The dial took longer than the handshake timeout.
     case timedOut
     /// The proxy answered `CONNECT` with a status other than 2xx.
@@ -49,18 +50,23 @@ enum DialFailureClassifier {
         let host = context.host
         let address = context.address
         switch problem {
-        case .tcpConnect(let message, let routeProblem):
+        case .tcpConnect(let error):
+            if error.isOutOfDescriptors { return error.tunnelFailure }
             if let proxy = context.proxy {
+                if error.code == ECONNREFUSED {
+                    return TunnelFailure(category: .transport, isRetryable: true,
+                                         message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
+                                         detail: "TCP connect to the proxy \(proxy): \(error.text)", kind: .connectionRefused)
+                }
                 return TunnelFailure(category: .transport, isRetryable: true,
-                                     message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
-                                     detail: "TCP connect to the proxy \(proxy): \(routeProblem ?? message)", kind: .connectionRefused)
+                                     message: "Cannot reach the proxy \(proxy) (\(error.text)): check HTTPS_PROXY, or NO_PROXY for a direct dial",
+                                     detail: "TCP connect to the proxy \(proxy): \(error.text)", kind: .networkUnavailable)
             }
-            if let routeProblem {
-                return .networkUnavailable(detail: "\(address): \(routeProblem)")
+            switch error.code {
+            case ECONNREFUSED: return .connectionRefused(address: address)
+            case ETIMEDOUT: return .timedOut(host: host, seconds: context.timeoutSeconds)
+            default: return .networkUnavailable(detail: "\(address): \(error.text)")
             }
-            // libwebsockets 4.1.6 says "Unable to connect" for any failed connect(); with a route
-            // to the address, a refusal is by far the likeliest cause.
-            return .connectionRefused(address: address)
         case .timedOut:
             return .timedOut(host: host, seconds: context.timeoutSeconds)
         case .proxyRefused(let status, let reason):

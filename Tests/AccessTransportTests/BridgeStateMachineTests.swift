@@ -201,10 +201,14 @@ struct BridgeStateMachineTests {
     func drainAfterEdge() {
         var machine = open()
         _ = machine.handle(.toLocalWritten(count: 300), now: 1)
-        #expect(machine.handle(.edgeClosed, now: 2) == [.tearDownEdge(closeNotify: false)])
+        #expect(machine.handle(.edgeHungUp, now: 2) == [.tearDownEdge(closeNotify: false), .killConnection])
         #expect(machine.local == .open)
         #expect(machine.handle(.toLocalFlushed(count: 0), now: 3) == [.closeLocal])
         #expect(machine.handle(.edgeReleased, now: 4) == [.finished(.reset(detail: "the WebSocket closed"))])
+        // A socket released while the stream was open (never by our own hand today) ends both sides.
+        var abrupt = open()
+        #expect(abrupt.handle(.edgeReleased, now: 1)
+            == [.tearDownEdge(closeNotify: false), .closeLocal, .finished(.reset(detail: "the WebSocket closed"))])
     }
 
     @Test("shutdown while dialling gives the dial up; a failed dial ends without a second report")

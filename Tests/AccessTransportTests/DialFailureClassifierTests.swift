@@ -1,6 +1,9 @@
 @testable import AccessTransport
 import AccessCore
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// How a failed dial is told (issues 12.6, 13.5, 19.2): each stage's problem turned into a failure.
 @Suite("DialFailureClassifier")
@@ -44,18 +47,24 @@ struct DialFailureClassifierTests {
         #expect(refusedConnect.detail == "proxy.example:3128: HTTP 403 Access violation")
         #expect(!refusedConnect.isRetryable)
         #expect(classify(.proxyBroken("it closed the connection"), proxy: "p:1").detail == "p:1: it closed the connection")
-        let refusedTCP = classify(.tcpConnect(message: "Unable to connect", routeProblem: nil), proxy: "proxy.example:3128")
+        let refusedTCP = classify(.tcpConnect(SystemError(ECONNREFUSED)), proxy: "proxy.example:3128")
         #expect(refusedTCP.kind == .connectionRefused)
         #expect(refusedTCP.message.contains("HTTPS_PROXY"))
-        // Without a proxy the same words are the edge's refusal.
-        #expect(classify(.tcpConnect(message: "Unable to connect", routeProblem: nil)).message.contains(Self.address))
+        let unreachable = classify(.tcpConnect(SystemError(EHOSTUNREACH)), proxy: "proxy.example:3128")
+        #expect(unreachable.kind == .networkUnavailable)
+        #expect(unreachable.message.contains("Cannot reach the proxy proxy.example:3128 (No route to host)"))
+        // Without a proxy a refusal is the edge's.
+        #expect(classify(.tcpConnect(SystemError(ECONNREFUSED))).message.contains(Self.address))
     }
 
-    @Test("a failed TCP connect without a route is the network's, not a refusal")
-    func noRoute() {
-        let failure = classify(.tcpConnect(message: "Unable to connect", routeProblem: "Network is unreachable"))
-        #expect(failure.kind == .networkUnavailable)
-        #expect(failure.detail == "\(Self.address): Network is unreachable")
+    @Test("a failed TCP connect is told by its errno: refused, no route, timed out, out of descriptors")
+    func tcpConnect() {
+        #expect(classify(.tcpConnect(SystemError(ECONNREFUSED))).kind == .connectionRefused)
+        let noRoute = classify(.tcpConnect(SystemError(ENETUNREACH)))
+        #expect(noRoute.kind == .networkUnavailable)
+        #expect(noRoute.detail == "\(Self.address): Network is unreachable")
+        #expect(classify(.tcpConnect(SystemError(ETIMEDOUT))).kind == .timedOut)
+        #expect(classify(.tcpConnect(SystemError(EMFILE, operation: "socket()"))).kind == .outOfFileDescriptors)
     }
 
     @Test("a stream that ended before a whole answer, or during TLS, is a lost connection, pointing at the hostname")

@@ -9,10 +9,11 @@
 #include <openssl/evp.h>
 #include <sys/socket.h>
 #include <sys/prctl.h>
-// Swift's Glibc module leaves out <sys/epoll.h> and <sys/random.h>; the carrier's data path needs
-// them (no forwarders).
+// Swift's Glibc module leaves out <sys/epoll.h>, <sys/random.h> and <sys/timerfd.h>; the carrier's
+// data path needs them (no forwarders).
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/timerfd.h>
 
 // curl_easy_setopt / curl_easy_getinfo are variadic: one typed forwarder per argument kind.
 // libcurl is loaded with dlopen on first use (CurlLibrary.swift), not linked: each forwarder
