@@ -94,6 +94,9 @@ let package = Package(
         .plugin(name: "BuildInfo", capability: .buildTool(), path: "Plugins/BuildInfo"),
         .executableTarget(name: "CFAccessTCPTool",
                           dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport",
+                                         // What only the tool changes in its process: OpenSSL's exit
+                                         // cleanup, libwebsockets' log, core dumps (ToolProcess).
+                                         "CCFShim", "CCFOpenSSL", "CCFWebSockets",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log"),
                                          .product(name: "SystemPackage", package: "swift-system")],
@@ -145,7 +148,8 @@ let package = Package(
                                    .product(name: "NIOWebSocket", package: "swift-nio")],
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
-                    dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "CCFSSH2", "AccessTestSupport",
+                    dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "CCFSSH2", "CCFOpenSSL",
+                                   "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log"),
                                    .product(name: "SystemPackage", package: "swift-system")],
                     swiftSettings: strictSwift),

@@ -20,8 +20,9 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     case "url": fuzzURL(bytes)
     case "parsers": fuzzParsers(bytes)
     case "redaction": fuzzRedaction(bytes)
+    case "upgrade": fuzzUpgradeAnswer(bytes)
     default:
-        fputs("CFAT_FUZZ_TARGET must be one of: frames jwt url parsers redaction\n", stderr)
+        fputs("CFAT_FUZZ_TARGET must be one of: frames jwt url parsers redaction upgrade\n", stderr)
         exit(2)
     }
     return 0
@@ -61,6 +62,53 @@ private func frameEvents(_ chunks: [ArraySlice<UInt8>]) -> [String] {
     }
     flushData()
     return events
+}
+
+/// What the head reader made of `chunks`: its outcome (with `consumed` counted from the start of
+/// all input, so splits compare) and, when complete, the verdict on the head. The bytes shown for
+/// an answer that is not HTTP depend on how much had arrived, so only their shape is checked.
+private func headOutcome(_ chunks: [ArraySlice<UInt8>]) -> String {
+    let all = chunks.flatMap { $0 }
+    var reader = ResponseHeadReader(limit: 1024)
+    var offset = 0
+    for chunk in chunks {
+        let outcome = reader.feed(Array(chunk))
+        switch outcome {
+        case .needMore:
+            offset += chunk.count
+            continue
+        case .complete(let head, let consumed):
+            guard consumed >= 1, consumed <= chunk.count else {
+                fputs("head reader consumed \(consumed) of \(chunk.count) bytes\n", stderr)
+                abort()
+            }
+            return "complete \(head) at \(offset + consumed): \(WebSocketUpgrade.judge(head, expectedAccept: "A="))"
+        case .notHTTP(let shown):
+            guard !shown.isEmpty, shown.count <= ResponseHeadReader.shownPrefix, all.starts(with: shown) else {
+                fputs("head reader showed \(shown) of \(all)\n", stderr)
+                abort()
+            }
+            return "notHTTP"
+        default:
+            return "\(outcome)"
+        }
+    }
+    return "needMore"
+}
+
+/// The upgrade answer's head reader (issue 19.2) agrees with itself whether the bytes come whole,
+/// split where the first byte says, or byte by byte, and says exactly where the head ended.
+private func fuzzUpgradeAnswer(_ bytes: [UInt8]) {
+    guard let first = bytes.first else { return }
+    let input = bytes.dropFirst()
+    let whole = headOutcome([input])
+    let cut = input.startIndex + Int(first) % (input.count + 1)
+    let split = headOutcome([input[input.startIndex..<cut], input[cut...]])
+    let single = headOutcome(input.indices.map { input[$0...$0] })
+    if whole != split || whole != single {
+        fputs("head reader disagrees:\nwhole  \(whole)\nsplit@\(cut) \(split)\nbytes  \(single)\n", stderr)
+        abort()
+    }
 }
 
 /// The frame reader reports the same events whether the bytes come whole or split (at a point

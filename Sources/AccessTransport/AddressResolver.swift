@@ -65,8 +65,8 @@ final class AddressResolver: @unchecked Sendable {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         if connect(fd, entry.pointee.ai_addr, entry.pointee.ai_addrlen) == 0 { return nil }
-        let err = errno
-        guard err == ENETUNREACH || err == EHOSTUNREACH || err == ENETDOWN || err == EADDRNOTAVAIL else { return nil }
-        return String(cString: strerror(err))
+        let error = SystemError.current()
+        guard [ENETUNREACH, EHOSTUNREACH, ENETDOWN, EADDRNOTAVAIL].contains(error.code) else { return nil }
+        return error.text
     }
 }

@@ -1,4 +1,3 @@
-internal import CCFWebSockets
 internal import CCFOpenSSL
 internal import CCFShim
 import AccessCore
@@ -8,181 +7,331 @@ import Logging
 import Glibc
 #endif
 
-/// The libwebsockets part of a bridge: dialling the WebSocket, the callbacks of its wsi, and a
-/// dial that failed. Once `CLIENT_ESTABLISHED` fires, the data path (`Bridge.swift`) takes over
-/// the TLS stream; libwebsockets then only keeps the connection's timer and closes it at the end.
+/// Where a connection to the edge goes: the address dialled, and what a proxy is asked for.
+struct EdgeRoute: Sendable {
+    /// The numeric address connected to: the edge's, or the proxy's.
+    var address: String
+    /// Its port.
+    var port: Int
+    /// Through a proxy: the `host:port` asked for with `CONNECT`.
+    var tunnelTarget: String?
+}
+
+/// Where a bridge's dial is. The bridge does all of it on its own socket, driven by the carrier's
+/// epoll set: the TCP connect, `CONNECT` to a proxy, the TLS handshake on the carrier's own
+/// `SSL_CTX`, and the HTTP upgrade, written and read by us.
+enum DialStage {
+    /// The TCP connection is being opened.
+    case connecting
+    /// The `CONNECT` request goes out, then the proxy's answer is read.
+    case proxy
+    /// The TLS handshake runs.
+    case tls
+    /// The upgrade request goes out, then the answer is read.
+    case upgrade
+    /// The WebSocket is open, or the dial failed: no more dialling.
+    case over
+}
+
+/// The dial of a bridge: the TCP connection, our proxy `CONNECT`, TLS handshake and HTTP upgrade,
+/// and a dial that failed. Once the 101 is read, the data path (`Bridge.swift`) takes over the TLS
+/// stream, starting with the bytes that came after the 101.
 extension Bridge {
     // MARK: Dialing
 
-    func dial(address: String) {
+    /// Starts the dial: checks the request, then opens the TCP connection (non-blocking).
+    func dial(route: EdgeRoute) {
         let config = loop.configuration
         let origin = config.request.origin
-        var flags = Int32(LCCSCF_USE_SSL.rawValue | LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue)
-        if config.connectTo?.skipVerification == true {
-            flags |= Int32(LCCSCF_ALLOW_SELFSIGNED.rawValue | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK.rawValue
-                           | LCCSCF_ALLOW_EXPIRED.rawValue | LCCSCF_ALLOW_INSECURE.rawValue)
+        self.route = route
+        let keyText = Base64.encode(loop.random.bytes(16), alphabet: .standard, padded: true)
+        expectedAccept = Digest.webSocketAccept(key: keyText)
+        let hostHeader = config.connectTo?.serverName ?? origin.hostHeader
+        upgradeRequest = WebSocketUpgrade.requestHead(handshake.request, host: hostHeader, key: keyText)
+        guard upgradeRequest.count <= WebSocketUpgrade.requestLimit else {
+            // Said plainly before any byte leaves.
+            let size = upgradeRequest.count
+            upgradeRequest = []
+            dialStage = .over
+            fail(.configuration(ConfigurationError(
+                "the upgrade request's headers (\(size) bytes) do not fit in one request of at most "
+                    + "\(WebSocketUpgrade.requestLimit / 1024) KiB: shorten the extra headers")))
+            return
         }
-        let serverName = config.connectTo?.serverName ?? origin.hostHeader
-        logger.debug("connection \(id): dialing \(origin.webSocketURL) via \(address):\(config.dialPort)",
+        let via = route.tunnelTarget.map { " through the proxy \(route.address):\(route.port) (CONNECT \($0))" }
+            ?? " via \(route.address):\(route.port)"
+        logger.debug("connection \(id): dialing \(origin.webSocketURL)\(via)",
                      metadata: ["headers": "\(handshake.redactedLines)"])
-        var wsi: OpaquePointer?
-        address.withCString { addr in
-            origin.path.withCString { path in
-                serverName.withCString { host in
-                    CarrierLoop.webSocketProtocolName.withCString { proto in
-                        var info = lws_client_connect_info()
-                        info.context = loop.lwsContext
-                        info.vhost = loop.vhost
-                        info.address = addr
-                        info.port = Int32(config.dialPort)
-                        info.ssl_connection = flags
-                        info.path = path
-                        info.host = host
-                        info.ietf_version_or_minus_one = -1
-                        info.local_protocol_name = proto
-                        info.opaque_user_data = opaque
-                        info.pwsi = withUnsafeMutablePointer(to: &wsi) { $0 }
-                        _ = lws_client_connect_via_info(&info)
-                    }
-                }
-            }
-        }
-        if wsi == nil {
-            // Failed synchronously: the wsi no longer exists, whatever callbacks ran before.
-            // libwebsockets says nothing about why; the usual cause is no route to the edge.
-            if let exhausted = FileDescriptors.exhausted() {
-                fail(exhausted)
-            } else if let problem = AddressResolver.routeProblem(address: address, port: config.dialPort) {
-                fail(TunnelFailure.networkUnavailable(detail: "\(address):\(config.dialPort): \(problem)"))
-            } else {
-                fail(TunnelFailure.internalError("libwebsockets refused to start the connection to \(address):\(config.dialPort)"))
-            }
-            edge = .released
-        } else if edge == .open {
-            webSocket = wsi
-        }
-    }
-
-    // MARK: Callbacks
-
-    func handle(wsi: OpaquePointer, reason: lws_callback_reasons, user: UnsafeMutableRawPointer?,
-                input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        switch reason {
-        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
-            // The 101 is read a byte at a time, so nothing after it stays in libwebsockets.
-            if let session = lws_get_ssl(wsi) { _ = CCFShim_clamp_reads(session, 1) }
-            return appendHeaders(wsi: wsi, input: input, len: len)
-        case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
-            if len == 0, let store = user {
-                let code = X509_STORE_CTX_get_error(OpaquePointer(store))
-                if let text = X509_verify_cert_error_string(Int(code)) {
-                    tlsReason = String(cString: text)
-                }
-            }
-            return 0
-        case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? ""
-            onConnectionError(wsi: wsi, message: message)
-            return 0
-        case LWS_CALLBACK_CLIENT_ESTABLISHED:
-            webSocket = wsi
-            // Armed first: reading what already arrived may start a Close, whose 2 s timer
-            // must stay (12.8).
-            armKeepalive(wsi)
-            onEstablished(wsi: wsi)
-            return 0
-        case LWS_CALLBACK_TIMER:
-            return onTimer(wsi)
-        case LWS_CALLBACK_CLIENT_RECEIVE:
-            // Bytes libwebsockets parsed itself would be out of order with ours: never expected,
-            // since it stops reading at the upgrade.
-            logger.error("connection \(id): libwebsockets delivered WebSocket data after the upgrade; closing")
-            return -1
-        case LWS_CALLBACK_CLIENT_CLOSED:
-            onWebSocketClosed()
-            return 0
-        case LWS_CALLBACK_WSI_DESTROY:
-            webSocket = nil
-            edge = .released
-            if ssl != nil { onWebSocketClosed() }
-            finishIfDone()
-            return 0
-        default:
-            return 0
-        }
-    }
-
-    func appendHeaders(wsi: OpaquePointer, input: UnsafeMutableRawPointer?, len: Int) -> Int32 {
-        guard let input else { return -1 }
-        let cursor = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
-        guard let start = cursor.pointee else { return -1 }
-        let end = start + len
-        for header in handshake.headers {
-            let failed = header.name.withUnsafeBufferPointer { name in
-                header.value.withUnsafeBufferPointer { value in
-                    lws_add_http_header_by_name(wsi, name.baseAddress, value.baseAddress,
-                                                Int32(value.count - 1), cursor, end) != 0
-                }
-            }
-            if failed {
-                let size = handshake.headers.reduce(0) { $0 + $1.name.count + $1.value.count + 1 }
-                logger.error("connection \(id): the request headers do not fit libwebsockets' buffer")
-                // Said plainly before libwebsockets reports a vague connection error.
-                fail(.configuration(ConfigurationError(
-                    "the upgrade request's headers (\(size) bytes) do not fit in one request of at most "
-                        + "\(CarrierLoop.requestBufferSize / 1024) KiB: shorten the extra headers")))
-                return -1
-            }
-        }
-        return 0
-    }
-
-    func onConnectionError(wsi: OpaquePointer, message: String) {
-        logger.debug("connection \(id): libwebsockets reports \"\(message)\"")
-        let status = Int(lws_http_client_http_response(wsi))
-        var location: String?
-        if status >= 300 && status < 400 {
-            var buffer = [CChar](repeating: 0, count: 4096)
-            let n = lws_hdr_copy(wsi, &buffer, Int32(buffer.count), WSI_TOKEN_HTTP_LOCATION)
-            if n > 0 { location = String(nulTerminated: buffer) }
-        }
-        var notHTTPStart: String?
-        if let session = lws_get_ssl(wsi) {
-            if tlsReason == nil { tlsReason = TLSSessionCache.verifyFailure(session) }
-            var first = [CChar](repeating: 0, count: 8)   // CCFShim_not_http_answer keeps up to 7
-            if CCFShim_not_http_answer(session, &first, Int32(first.count)) > 0 {
-                notHTTPStart = String(decoding: first.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            }
-        }
-        let config = loop.configuration
-        let failure = DialFailureClassifier.classify(
-            host: config.request.origin.host, address: "\(config.dialHost):\(config.dialPort)",
-            credential: handshake.credential, status: status, location: location, message: message,
-            tlsReason: tlsReason, recentLog: LWSLog.recentLines(), timeoutSeconds: config.handshakeTimeoutSeconds,
-            proxy: config.proxy?.description, notHTTPStart: notHTTPStart)
-        webSocket = nil
-        edge.finish()
-        fail(failure)
-        finishIfDone()
-    }
-
-    func fail(_ failure: TunnelFailure) {
-        guard !reportedFailure else { return }
-        reportedFailure = true
-        // The owner reports the plain message to people; the log keeps the technical detail.
-        logger.debug("connection \(id) failed: \(failure.detail)")
-        if !established, local != .closed {
-            if handshake.handBackOnRefusal, failure.category == .authentication {
-                let fd = localFD
-                localFD = -1
-                local = .closed
-                loop.onEvent(.refused(id: id, socket: fd, failure))
+        dialDeadline = Self.now() + UInt64(max(1, config.handshakeTimeoutSeconds)) * 1_000_000_000
+        switch SocketAddress(numeric: route.address, port: route.port) {
+        case nil:
+            failDial(.tcpConnect(SystemError(EINVAL, operation: "the address \(route.address)")))
+        case let address?:
+            let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else {
+                failDial(.tcpConnect(SystemError.current("socket()")))
                 return
             }
-            Glibc.close(localFD)
-            localFD = -1
-            local = .closed
+            edgeFD = fd
+            var one: Int32 = 1
+            _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let result = address.withSockaddr { connect(fd, $0, $1) }
+            let error = SystemError.current("connect()")
+            if result == 0 {
+                connected()
+                advanceDial()
+            } else if error.code == EINPROGRESS || error.code == EINTR {
+                // Writable once connected, or an error: `connectStep` says which.
+                watchEdge(EPOLLOUT.rawValue)
+                rearmTimer()
+            } else {
+                failDial(.tcpConnect(error))
+            }
         }
-        loop.onEvent(.failed(id: id, failure))
     }
+
+    /// The TCP connect finished: its outcome.
+    private func connectStep() -> DialStep {
+        var error: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(edgeFD, SOL_SOCKET, SO_ERROR, &error, &length) != 0 { error = errno }
+        if error != 0 { return .failed(.tcpConnect(SystemError(error, operation: "connect()"))) }
+        connected()
+        return dialStage == .over ? .wait(0) : .next
+    }
+
+    /// The TCP connection is open: the proxy's `CONNECT`, or TLS at once.
+    private func connected() {
+        if let target = route.tunnelTarget {
+            proxyRequest = WebSocketUpgrade.proxyConnectHead(target: target)
+            dialSent = 0
+            headReader = ResponseHeadReader()
+            dialStage = .proxy
+        } else {
+            startTLS()
+        }
+    }
+
+    /// Starts the TLS handshake on the connected socket.
+    private func startTLS() {
+        let config = loop.configuration
+        let host = config.request.origin.host
+        guard let made = loop.tls.connection(fd: edgeFD, host: host, serverName: config.connectTo?.serverName ?? host) else {
+            failDial(.tls("OpenSSL could not make a connection object"))
+            return
+        }
+        session = made
+        dialStage = .tls
+    }
+
+    /// Moves the dial on as far as the socket allows, then waits for the events it needs.
+    func advanceDial() {
+        var wanted: UInt32 = 0
+        loop: while true {
+            switch dialStage {
+            case .over:
+                return
+            case .connecting, .proxy, .tls, .upgrade:
+                let step: DialStep
+                switch dialStage {
+                case .connecting: step = connectStep()
+                case .proxy: step = proxyStep()
+                case .tls: step = handshakeStep()
+                default: step = upgradeStep()
+                }
+                switch step {
+                case .wait(let events): wanted = events; break loop
+                case .next: continue loop
+                case .failed(let problem): failDial(problem); return
+                }
+            }
+        }
+        watchEdge(wanted)
+    }
+
+    /// What one step of the dial came to.
+    enum DialStep {
+        /// Wait for these epoll events on the edge's socket.
+        case wait(UInt32)
+        /// The stage changed: go on.
+        case next
+        /// The dial failed.
+        case failed(DialProblem)
+    }
+
+    /// Sends `CONNECT`, then reads the proxy's answer without reading past it (the TLS
+    /// handshake that follows is ours): each read peeks, and takes only the head's bytes.
+    private func proxyStep() -> DialStep {
+        while dialSent < proxyRequest.count {
+            let n = proxyRequest.withUnsafeBytes { send(edgeFD, $0.baseAddress! + dialSent, $0.count - dialSent, Int32(MSG_NOSIGNAL)) }
+            if n > 0 { dialSent += n; continue }
+            let code = errno
+            if n < 0 && code == EINTR { continue }
+            if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) { return .wait(EPOLLOUT.rawValue) }
+            return .failed(.proxyBroken("sending CONNECT failed: \(SystemError(code))"))
+        }
+        let room = min(loop.rxCapacity, 16 << 10)
+        while true {
+            let n = recv(edgeFD, loop.rxBuffer, room, Int32(MSG_PEEK))
+            if n == 0 { return .failed(.proxyBroken("it closed the connection without answering CONNECT")) }
+            if n < 0 {
+                let code = errno
+                if code == EINTR { continue }
+                if code == EAGAIN || code == EWOULDBLOCK { return .wait(EPOLLIN.rawValue) }
+                return .failed(.proxyBroken("reading its answer to CONNECT failed: \(SystemError(code))"))
+            }
+            let outcome = headReader.feed(UnsafeRawBufferPointer(start: loop.rxBuffer, count: n))
+            let taken: Int
+            switch outcome {
+            case .needMore: taken = n
+            case .complete(_, let consumed): taken = consumed
+            default: taken = 0
+            }
+            if taken > 0 { _ = recv(edgeFD, loop.rxBuffer, taken, 0) }
+            switch outcome {
+            case .needMore:
+                continue
+            case .complete(let head, _):
+                guard (200...299).contains(head.status) else {
+                    return .failed(.proxyRefused(status: head.status, reason: head.reason))
+                }
+                logger.debug("connection \(id): the proxy opened the tunnel (HTTP \(head.status))")
+                startTLS()
+                return .next
+            case .notHTTP(let first):
+                return .failed(.proxyBroken("an answer to CONNECT that is not HTTP (\"\(DialFailureClassifier.shown(first))…\")"))
+            case .malformed(let why):
+                return .failed(.proxyBroken("an answer to CONNECT that cannot be parsed (\(why))"))
+            case .tooLarge(let limit):
+                return .failed(.proxyBroken("an answer to CONNECT larger than \(limit / 1024) KiB"))
+            }
+        }
+    }
+
+    /// One call of the TLS handshake.
+    private func handshakeStep() -> DialStep {
+        guard let session else { return .wait(0) }
+        ERR_clear_error()
+        let r = SSL_connect(session)
+        if r == 1 {
+            logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
+            dialSent = 0
+            headReader = ResponseHeadReader()
+            dialStage = .upgrade
+            return .next
+        }
+        let code = errno
+        let error = SSL_get_error(session, r)
+        switch error {
+        case SSL_ERROR_WANT_READ: return .wait(EPOLLIN.rawValue)
+        case SSL_ERROR_WANT_WRITE: return .wait(EPOLLOUT.rawValue)
+        default: return .failed(tlsProblem(session, error: error, errno: code))
+        }
+    }
+
+    /// Why a TLS handshake failed: the certificate's verdict, else OpenSSL's reason, else how the
+    /// connection ended.
+    private func tlsProblem(_ session: OpaquePointer, error: Int32, errno code: Int32) -> DialProblem {
+        if let reason = TLSSessionCache.verifyFailure(session) { return .tls(reason) }
+        let queued = ERR_peek_last_error()
+        ERR_clear_error()
+        if error == SSL_ERROR_SSL, queued != 0 {
+            if ERR_GET_REASON(queued) == SSL_R_UNEXPECTED_EOF_WHILE_READING {
+                return .closedDuringTLS("closed without a TLS alert")
+            }
+            if let text = ERR_reason_error_string(queued) { return .tls(String(cString: text)) }
+            return .tls("OpenSSL error \(queued)")
+        }
+        if error == SSL_ERROR_SYSCALL, code != 0 { return .closedDuringTLS(SystemError(code).description) }
+        return .closedDuringTLS("closed by the peer")
+    }
+
+    /// Sends the upgrade request, then reads the answer: bytes after its head are the first of
+    /// the data path, whatever the TLS records.
+    private func upgradeStep() -> DialStep {
+        guard let session else { return .wait(0) }
+        while dialSent < upgradeRequest.count {
+            ERR_clear_error()
+            let r = upgradeRequest.withUnsafeBytes {
+                SSL_write(session, $0.baseAddress! + dialSent, Int32($0.count - dialSent))
+            }
+            if r > 0 { dialSent += Int(r); continue }
+            let code = errno
+            let error = SSL_get_error(session, r)
+            switch error {
+            case SSL_ERROR_WANT_WRITE: return .wait(EPOLLOUT.rawValue)
+            case SSL_ERROR_WANT_READ: return .wait(EPOLLIN.rawValue)
+            default: return .failed(.closedBeforeAnswer(streamEnd(error: error, errno: code, writing: true)))
+            }
+        }
+        let buffer = loop.rxBuffer
+        while true {
+            ERR_clear_error()
+            let r = SSL_read(session, buffer, Int32(loop.rxCapacity))
+            if r <= 0 {
+                let code = errno
+                let error = SSL_get_error(session, r)
+                if error == SSL_ERROR_WANT_READ { return .wait(EPOLLIN.rawValue) }
+                if error == SSL_ERROR_WANT_WRITE { return .wait(EPOLLOUT.rawValue) }
+                return .failed(.closedBeforeAnswer(streamEnd(error: error, errno: code, writing: false)))
+            }
+            let count = Int(r)
+            switch headReader.feed(UnsafeRawBufferPointer(start: buffer, count: count)) {
+            case .needMore:
+                continue
+            case .complete(let head, let consumed):
+                switch WebSocketUpgrade.judge(head, expectedAccept: expectedAccept) {
+                case .accepted:
+                    dialStage = .over
+                    upgradeRequest = []
+                    onEstablished(leftover: UnsafeRawBufferPointer(start: buffer + consumed, count: count - consumed))
+                    return .wait(edgeEvents)
+                case .refused(let status, let location):
+                    return .failed(.refused(status: status, location: location))
+                case .broken(let what):
+                    return .failed(.brokenAnswer(what))
+                }
+            case .notHTTP(let first):
+                return .failed(.notHTTP(first: first))
+            case .malformed(let why):
+                return .failed(.unreadableAnswer(why))
+            case .tooLarge(let limit):
+                return .failed(.unreadableAnswer("larger than \(limit / 1024) KiB"))
+            }
+        }
+    }
+
+    /// How the TLS stream ended while the upgrade was under way, in words.
+    private func streamEnd(error: Int32, errno code: Int32, writing: Bool) -> String {
+        ERR_clear_error()
+        switch error {
+        case SSL_ERROR_ZERO_RETURN: return "TLS closed"
+        case SSL_ERROR_SYSCALL where code != 0: return SystemError(code).description
+        default: return writing ? "writing the request failed" : "the connection ended"
+        }
+    }
+
+    /// The dial failed: everything of it is released, and the owner is told why.
+    func failDial(_ problem: DialProblem) {
+        dialStage = .over
+        dialDeadline = nil
+        releaseSession()
+        closeEdgeSocket()
+        fail(classified(problem))
+    }
+
+    func classified(_ problem: DialProblem) -> TunnelFailure {
+        let config = loop.configuration
+        let context = DialFailureClassifier.Context(
+            host: config.request.origin.host, address: HostText.withPort(config.dialHost, config.dialPort),
+            credential: handshake.credential,
+            proxy: route.tunnelTarget == nil ? nil : config.proxy?.description,
+            timeoutSeconds: config.handshakeTimeoutSeconds)
+        return DialFailureClassifier.classify(problem, context)
+    }
+}
+
+extension DialStage {
+    /// The dial has started and is not over.
+    var isUnderWay: Bool { self != .over }
 }

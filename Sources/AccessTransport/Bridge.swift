@@ -1,4 +1,3 @@
-internal import CCFWebSockets
 internal import CCFOpenSSL
 internal import CCFShim
 import AccessCore
@@ -8,141 +7,185 @@ import Logging
 import Glibc
 #endif
 
-/// One local socket paired with one WebSocket to the origin. Lives on the carrier thread only.
+/// One local socket paired with one WebSocket to the origin: the I/O executor of a
+/// `BridgeStateMachine`. Lives on the carrier thread only.
 ///
-/// Bytes from the local side queue in `toOrigin` and leave as binary frames; binary frames from the
-/// origin queue in `toLocal`. A queue above the high watermark pauses the side that fills it
-/// (`lws_rx_flow_control`), so memory stays bounded whatever either peer does. When one side ends,
-/// the other first drains what it still holds, then closes — the WebSocket with a Close frame.
+/// Bytes from the local side are framed in place and written to the TLS stream, what it does not
+/// take waiting in `toOrigin`; payload of the edge's binary frames goes to the local socket, what
+/// it does not take waiting in `toLocal`. The executor reads a side only when the machine says so,
+/// reports every read, end, frame and queue size to it, and performs the actions it gets back. The
+/// dial (proxy, TLS, upgrade) is in `Bridge+Dial.swift`.
 final class Bridge {
     let id: Int
     unowned let loop: CarrierLoop
+    let handshake: Handshake
+    /// The decisions.
+    private(set) var machine: BridgeStateMachine
     var localFD: Int32
-    var webSocket: OpaquePointer?
-    /// After the upgrade: the WebSocket's TLS session and socket, which the bridge reads and
-    /// writes itself (libwebsockets owns and finally frees them).
-    var ssl: OpaquePointer?
-    private var edgeFD: Int32 = -1
+    /// The local socket is in the loop's epoll set (from the 101 on).
+    private var localWatched = false
+    /// The connection's TLS session from the start of the handshake; ours to free.
+    var session: OpaquePointer?
+    var edgeFD: Int32 = -1
     /// What epoll watches on each socket now.
     private var localEvents: UInt32 = 0
-    private var edgeEvents: UInt32 = 0
-    /// Where each side's life is (see the enums).
-    var local = LocalSide.open
-    var edge = EdgeSide.open
-    /// The upgrade succeeded once (a fact, not a lifetime).
-    var established = false
-    var reportedFailure = false
+    var edgeEvents: UInt32 = 0
+    /// The edge's socket is in the loop's epoll set.
+    var edgeWatched = false
+    /// The dial failed and was reported.
+    private var failed = false
+    /// The deadline the loop's timer holds for this bridge, and the generation of that request.
+    private var scheduledDeadline: UInt64?
+    private(set) var timerGeneration = 0
+    /// How deep `apply` calls are nested, and whether the edge's socket was closed meanwhile: the
+    /// machine hears of it once the actions in progress are all done.
+    private var applyDepth = 0
+    private var edgeReleasePending = false
+
+    /// The dial (`Bridge+Dial.swift`): where it goes, where it is, what it sends and expects.
+    var route = EdgeRoute(address: "", port: 0)
+    var dialStage = DialStage.connecting
+    var headReader = ResponseHeadReader()
+    var proxyRequest: [UInt8] = []
+    var upgradeRequest: [UInt8] = []
+    /// Bytes of the current request already sent.
+    var dialSent = 0
+    var expectedAccept = ""
+    /// When the dial fails for want of an answer (monotonic nanoseconds).
+    var dialDeadline: UInt64?
+
     /// Framed, masked bytes the TLS stream has not taken yet.
     private var toOrigin = ByteQueue()
     /// Payload the local socket has not taken yet.
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
-    private var readerStopped = false
-    private var random = SystemRandomNumberGenerator()
-    /// Reading the local socket is paused: `toOrigin` is above the high watermark.
-    private var localPaused = false
-    /// Reading the TLS stream is paused: `toLocal` is above the high watermark.
-    private var webSocketPaused = false
-    /// `toOrigin` holds bytes of a data frame (not only control frames).
-    private var queueHoldsData = false
-    /// Reading the TLS stream is paused: the local side cannot take more, or the edge sends
-    /// pings while it does not read even our pong (and no data of ours waits for it, so the pause
-    /// cannot starve a flow that needs the edge to read first).
-    private var edgeReadPaused: Bool { webSocketPaused || (owedPong != nil && !queueHoldsData) }
-    /// Our Close frame and the edge's.
-    private var closing = CloseHandshake()
-    /// The TLS stream failed (read or write error, reset): no close_notify can follow.
-    private var edgeBroken = false
-    private var closeSent: Bool { closing.sent }
-    private var closeReceived: Bool { closing.received }
-    var tlsReason: String?
-    /// Why the tunnel ends: the first cause noted wins.
-    private var end: TunnelEnd?
-    private var closeWebSocketWith: lws_close_status?
-    private(set) var bytesToOrigin = 0
-    private(set) var bytesFromOrigin = 0
-    private var keepalive = KeepaliveState()
-    /// The one lws timer of the WebSocket serves three deadlines (monotonic nanoseconds): the
-    /// edge's answer to our Close, the end of a half-close linger, the next keepalive tick.
-    private var closeDeadline: UInt64?
-    private var lingerDeadline: UInt64?
-    private var keepaliveDeadline: UInt64?
-    /// The payload of the newest ping not answered yet because bytes for the edge are still
-    /// queued: a ping flood from an edge that does not read costs one pong, not a queue of them
-    /// (RFC 6455 §5.5.3 allows answering only the most recent ping).
-    private var owedPong: [UInt8]?
-
-    let handshake: Handshake
 
     init(id: Int, localFD: Int32, loop: CarrierLoop, handshake: Handshake) {
         self.id = id
         self.handshake = handshake
         self.localFD = localFD
         self.loop = loop
+        let configuration = loop.configuration
+        var settings = BridgeStateMachine.Settings()
+        settings.highWatermark = loop.tuning.highWatermark
+        settings.lowWatermark = loop.tuning.lowWatermark
+        settings.keepaliveSeconds = configuration.keepaliveSeconds
+        settings.lingerNanoseconds = UInt64(max(0, configuration.halfCloseLingerSeconds) * 1_000_000_000)
+        machine = BridgeStateMachine(settings: settings)
     }
-
-    /// Both sides are gone and no callback can reach this bridge any more.
-    var isFinished: Bool { edge == .released && local == .closed }
 
     var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
     var logger: Logger { loop.logger }
 
-    /// The upgrade succeeded: from here on the bridge reads and writes the TLS stream and the
-    /// local socket itself (both watched by the loop's epoll), and libwebsockets only keeps the
-    /// connection's TLS session and socket, its timer, and closes them at the end.
-    func onEstablished(wsi: OpaquePointer) {
-        established = true
-        logger.debug("connection \(id): WebSocket established")
-        let fd = lws_get_socket_fd(wsi)
-        guard let session = lws_get_ssl(wsi), fd >= 0 else {
-            logger.error("connection \(id): the WebSocket has no TLS session to carry the data")
-            closeLocal()
-            killWebSocket()
-            return
+    /// Monotonic nanoseconds (CLOCK_MONOTONIC, the loop's timerfd clock).
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    // MARK: The machine
+
+    /// Tells the machine what happened and performs what it says, in order.
+    func apply(_ event: BridgeStateMachine.Event) {
+        applyDepth += 1
+        for action in machine.handle(event, now: Self.now()) {
+            perform(action)
         }
-        _ = CCFShim_clamp_reads(session, 0)
-        logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
-        // libwebsockets must not read this socket any more: its per-byte frame parser is slow.
-        _ = lws_rx_flow_control(wsi, 0)
-        _ = SSL_ctrl(session, SSL_CTRL_MODE,
-                     Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
-        ssl = session
-        edgeFD = fd
+        applyDepth -= 1
+        if applyDepth == 0, edgeReleasePending {
+            edgeReleasePending = false
+            apply(.edgeReleased)
+        }
+    }
+
+    private func perform(_ action: BridgeStateMachine.Action) {
+        switch action {
+        case .sendControl(let opcode, let payload):
+            let room = loop.controlBuffer + WebSocketFrames.maxClientHeader
+            let count = min(payload.count, 125)
+            payload.withUnsafeBytes { room.copyMemory(from: $0.baseAddress!, byteCount: count) }
+            if sendFrame(opcode: opcode, payload: room, count: count) {
+                apply(.toOriginWritten(count: toOrigin.count, appendedData: false))
+            }
+        case .closeLocal:
+            closeLocalSocket()
+        case .tearDownEdge(let closeNotify):
+            if closeNotify, let session {
+                ERR_clear_error()
+                _ = SSL_shutdown(session)
+            }
+            unwatchEdge()
+            releaseSession()
+            toOrigin.reset()
+        case .killConnection:
+            closeEdgeSocket()
+        case .abortDial:
+            dialStage = .over
+            dialDeadline = nil
+            releaseSession()
+            closeEdgeSocket()
+        case .readEdge:
+            readEdge()
+        case .armTimer:
+            rearmTimer()
+        case .finished(let end):
+            if let end {
+                logger.debug("connection \(id) ended: \(end)")
+                loop.onEvent(.closed(id: id, toOrigin: machine.bytesToOrigin, fromOrigin: machine.bytesFromOrigin, reason: end))
+            }
+            loop.forget(self)
+        }
+    }
+
+    /// The 101 is read: from here on the bridge reads and writes the TLS stream and the local
+    /// socket (both watched by the loop's epoll). `leftover` is what came after the 101's head in
+    /// the same read: the first bytes of the data path.
+    func onEstablished(leftover: UnsafeRawBufferPointer) {
+        dialDeadline = nil
+        logger.debug("connection \(id): WebSocket established")
         let flags = fcntl(localFD, F_GETFL)
         _ = fcntl(localFD, F_SETFL, flags | O_NONBLOCK)
         loop.watch(fd: localFD, tag: tag(.local), events: EPOLLIN.rawValue)
+        localWatched = true
         localEvents = EPOLLIN.rawValue
-        loop.watch(fd: edgeFD, tag: tag(.edge), events: EPOLLIN.rawValue)
-        edgeEvents = EPOLLIN.rawValue
+        watchEdge(EPOLLIN.rawValue)
+        // Armed first: reading what already arrived may start a Close, whose 2 s timer must stay (12.8).
+        apply(.established)
         loop.onEvent(.established(id: id))
+        if leftover.count > 0 {
+            apply(.heardFromEdge)
+            onEdgeBytes(leftover)
+        }
         // OpenSSL may already hold decrypted bytes that epoll cannot announce.
         readEdge()
+        updateInterest()
     }
 
     enum Side: UInt64 { case local = 0, edge = 1 }
 
-    private func tag(_ side: Side) -> UInt64 { UInt64(id) << 1 | side.rawValue }
+    func tag(_ side: Side) -> UInt64 { UInt64(id) << 1 | side.rawValue }
 
     /// An epoll event for one of the two sockets.
     func onEvent(_ side: Side, events: UInt32) {
-        let failed = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
+        let hungUp = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
         switch side {
         case .local:
             guard localFD >= 0 else { return }
-            if events & EPOLLOUT.rawValue != 0 || failed { flushLocal() }
-            if events & EPOLLIN.rawValue != 0 || failed {
-                if failed && (localPaused || !readingLocal) {
-                    // Nothing more can be read or written there.
-                    onLocalEnded()
-                } else {
-                    readLocal(peerGone: failed)
-                }
+            if events & EPOLLOUT.rawValue != 0 || hungUp { flushLocal() }
+            if events & EPOLLIN.rawValue != 0 || hungUp, localFD >= 0 {
+                // Nothing more can be read or written there when it hung up while not read.
+                if hungUp && !machine.readsLocal { apply(.localHungUp) } else { readLocal(peerGone: hungUp) }
             }
         case .edge:
-            guard ssl != nil else { return }
+            if dialStage.isUnderWay {
+                advanceDial()
+                return
+            }
+            guard session != nil, machine.edgeIsOpen else { return }
             if events & EPOLLOUT.rawValue != 0 { flushEdge() }
-            if events & EPOLLIN.rawValue != 0 || failed {
-                if failed && edgeReadPaused { tearDownEdge() } else { readEdge() }
+            if events & EPOLLIN.rawValue != 0 || hungUp {
+                if hungUp && machine.edgeReadPaused { apply(.edgeHungUp) } else { readEdge() }
             }
         }
         updateInterest()
@@ -150,140 +193,108 @@ final class Bridge {
 
     // MARK: Local → origin
 
-    private var readingLocal: Bool { localFD >= 0 && ssl != nil && !closeSent && local == .open }
-
     /// Reads the local socket. `peerGone`: epoll reported a hang-up (a Unix socket's peer closed
     /// it entirely), so its EOF is the end, not a half-close worth lingering for.
-    private func readLocal(peerGone: Bool = false) {
+    private func readLocal(peerGone: Bool) {
         let chunk = loop.tuning.chunkSize
         let payload = loop.txBuffer + WebSocketFrames.maxClientHeader
         // A few reads per event, so one busy connection cannot starve the others.
         for _ in 0..<4 {
-            guard readingLocal, !localPaused else { return }
+            guard localFD >= 0, machine.readsLocal else { return }
             let n = recv(localFD, payload, chunk, 0)
             if n > 0 {
-                bytesToOrigin += n
+                apply(.localData(count: n))
                 sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
                 if n < chunk { return }
             } else if n == 0 {
-                if peerGone { onLocalEnded() } else { onLocalEOF() }
+                apply(.localEOF(peerGone: peerGone))
                 return
             } else {
-                if errno == EINTR { continue }
-                if errno != EAGAIN && errno != EWOULDBLOCK {
-                    noteEnd(.localIOFailed(detail: "reading the local connection failed: \(Self.errorText(errno))"))
-                    onLocalEnded()
-                }
+                let error = SystemError.current()
+                if error.code == EINTR { continue }
+                if !error.wouldBlock { apply(.localFailed("reading the local connection failed: \(error)")) }
                 return
             }
         }
     }
 
-    /// Frames, masks and sends `count` bytes that sit in a buffer with header room before them.
-    private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) {
-        let key = UInt32.random(in: .min ... .max, using: &random)
+    /// Frames, masks and writes `count` bytes that sit in a buffer with header room before them,
+    /// queueing what the TLS stream does not take now. Returns false if the stream failed.
+    @discardableResult
+    private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) -> Bool {
+        guard let session, machine.edgeIsOpen else { return false }
+        let key = loop.random.word()
         let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
-        writeEdge(UnsafeRawBufferPointer(start: frame, count: payload + count - frame),
-                  isData: opcode == WebSocketFrames.opBinary)
-    }
-
-    private func sendControl(opcode: UInt8, payload: [UInt8]) {
-        let room = loop.controlBuffer + WebSocketFrames.maxClientHeader
-        let count = min(payload.count, 125)
-        payload.withUnsafeBytes { room.copyMemory(from: $0.baseAddress!, byteCount: count) }
-        sendFrame(opcode: opcode, payload: room, count: count)
-    }
-
-    /// Writes framed bytes to the TLS stream, queueing what the socket does not take now.
-    private func writeEdge(_ bytes: UnsafeRawBufferPointer, isData: Bool) {
-        guard ssl != nil else { return }
+        let bytes = UnsafeRawBufferPointer(start: frame, count: payload + count - frame)
         var offset = 0
         if toOrigin.isEmpty {
-            while offset < bytes.count {
-                let w = sslWrite(bytes.baseAddress! + offset, bytes.count - offset)
-                if w > 0 {
-                    offset += w
-                } else if w == 0 {
-                    break
-                } else {
-                    tearDownEdge()
-                    return
+            writing: while offset < bytes.count {
+                switch sslWrite(session, bytes.baseAddress! + offset, bytes.count - offset) {
+                case .wrote(let n): offset += n
+                case .full: break writing
+                case .failed(let reason):
+                    apply(.edgeWriteFailed(reason))
+                    return false
                 }
             }
         }
         if offset < bytes.count {
             toOrigin.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
-            if isData { queueHoldsData = true }
-            if toOrigin.count >= loop.tuning.highWatermark { localPaused = true }
+            if opcode == WebSocketFrames.opBinary {
+                apply(.toOriginWritten(count: toOrigin.count, appendedData: true))
+            }
         }
+        return true
     }
 
-    /// SSL_write: bytes written, 0 when the socket is full, -1 when the stream failed.
-    private func sslWrite(_ p: UnsafeRawPointer, _ count: Int) -> Int {
-        guard let ssl else { return -1 }
+    /// What one `SSL_write` did.
+    private enum WriteResult {
+        case wrote(Int)
+        /// The socket takes no more now.
+        case full
+        /// The stream failed: why the tunnel ends.
+        case failed(TunnelEnd)
+    }
+
+    private func sslWrite(_ ssl: OpaquePointer, _ p: UnsafeRawPointer, _ count: Int) -> WriteResult {
         ERR_clear_error()
         let r = SSL_write(ssl, p, Int32(min(count, 1 << 30)))
-        if r > 0 { return Int(r) }
+        if r > 0 { return .wrote(Int(r)) }
         let error = SSL_get_error(ssl, r)
         let code = errno
+        ERR_clear_error()
         switch error {
-        case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ: return 0
+        case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ:
+            return .full
         default:
-            edgeBroken = true
             logger.debug("connection \(id): writing to the WebSocket failed")
             if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
-                noteEnd(.reset(detail: Self.errorText(code)))
-            } else {
-                noteEnd(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? Self.errorText(code) : "TLS error \(error)"))
+                return .failed(.reset(detail: SystemError(code).description))
             }
-            return -1
+            return .failed(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? SystemError(code).description : "TLS error \(error)"))
         }
     }
 
     private func flushEdge() {
-        while !toOrigin.isEmpty, ssl != nil {
-            var failed = false
+        guard let session else { return }
+        while !toOrigin.isEmpty {
+            var failure: TunnelEnd?
             let sent = toOrigin.consume(upTo: 1 << 20) { chunk in
-                let w = sslWrite(chunk.baseAddress!, chunk.count)
-                if w < 0 { failed = true }
-                return max(0, w)
+                switch sslWrite(session, chunk.baseAddress!, chunk.count) {
+                case .wrote(let n): return n
+                case .full: return 0
+                case .failed(let reason):
+                    failure = reason
+                    return 0
+                }
             }
-            if failed { tearDownEdge(); return }
+            if let failure {
+                apply(.edgeWriteFailed(failure))
+                return
+            }
             if sent == 0 { break }
         }
-        if localPaused, toOrigin.count <= loop.tuning.lowWatermark { localPaused = false }
-        if toOrigin.isEmpty { queueHoldsData = false }
-        if toOrigin.isEmpty, let pong = owedPong, !closeSent {
-            owedPong = nil
-            sendControl(opcode: WebSocketFrames.opPong, payload: pong)
-            // Reading resumes at once: OpenSSL may hold bytes epoll cannot announce.
-            if !edgeReadPaused { readEdge() }
-        }
-        if toOrigin.isEmpty, closeSent, closeReceived { tearDownEdge() }
-    }
-
-    /// The local peer sent its last byte (stdin EOF, `shutdown(SHUT_WR)`, or a close we cannot
-    /// tell apart from one). A WebSocket has no half-close, so the Close frame waits: the edge's
-    /// reply still reaches the local side until the edge closes or the linger passes.
-    private func onLocalEOF() {
-        let linger = loop.configuration.halfCloseLingerSeconds
-        guard linger > 0, !closeSent else {
-            onLocalEnded()
-            return
-        }
-        logger.debug("connection \(id): local side finished sending; lingering up to \(linger) s for the edge")
-        noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: LWS_CLOSE_STATUS_NORMAL.rawValue)))
-        local = .inputEnded
-        lingerDeadline = Self.now() + UInt64(linger * 1_000_000_000)
-        rearmTimer()
-    }
-
-    /// The local peer closed (or failed): the WebSocket ends with a Close frame after what is queued.
-    private func onLocalEnded() {
-        logger.debug("connection \(id): local side closed")
-        noteEnd(.closedByLocal(code: UInt16(truncatingIfNeeded: (closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL).rawValue)))
-        closeLocal()
-        sendClose(closeWebSocketWith ?? LWS_CLOSE_STATUS_NORMAL)
+        apply(.toOriginFlushed(count: toOrigin.count))
     }
 
     // MARK: Origin → local
@@ -292,42 +303,37 @@ final class Bridge {
         let buffer = loop.rxBuffer
         let capacity = loop.rxCapacity
         var budget = 1 << 20
-        while ssl != nil, !edgeReadPaused, budget > 0 {
+        while session != nil, machine.readsEdge, budget > 0 {
             var filled = 0
             var drained = false
-            var ended = false
-            var endDetail = ""
+            var ended: String?
 
             // Whole records only (the space left is at least one record), so OpenSSL keeps no
             // decrypted bytes back that epoll would not announce.
-            while capacity - filled >= 16 << 10 + 256, let ssl {
+            while capacity - filled >= 16 << 10 + 256, let ssl = session {
                 ERR_clear_error()
                 let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
                 if r > 0 { filled += Int(r); continue }
                 let code = errno
                 let error = SSL_get_error(ssl, r)
-                if error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE {
-                    drained = true
-                } else {
-                    ended = true
-                    switch error {
-                    case SSL_ERROR_ZERO_RETURN: endDetail = "TLS closed without a WebSocket Close"
-                    case SSL_ERROR_SYSCALL: endDetail = code == 0 ? "the connection ended without a WebSocket Close" : Self.errorText(code)
-                    default: endDetail = "TLS error"
-                    }
+                ERR_clear_error()
+                switch error {
+                case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE: drained = true
+                case SSL_ERROR_ZERO_RETURN: ended = "TLS closed without a WebSocket Close"
+                case SSL_ERROR_SYSCALL:
+                    ended = code == 0 ? "the connection ended without a WebSocket Close" : SystemError(code).description
+                default: ended = "TLS error"
                 }
                 break
             }
             if filled > 0 {
-                keepalive.heardFromEdge()
+                apply(.heardFromEdge)
                 onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled))
             }
             budget -= filled
-            if ended {
-                edgeBroken = true
-                logger.debug("connection \(id): the WebSocket's TLS stream ended (\(endDetail))")
-                if !closeReceived { noteEnd(.reset(detail: endDetail)) }
-                tearDownEdge()
+            if let ended {
+                logger.debug("connection \(id): the WebSocket's TLS stream ended (\(ended))")
+                apply(.edgeReadEnded(ended))
                 return
             }
             if drained { return }
@@ -337,329 +343,200 @@ final class Bridge {
     private func onEdgeBytes(_ bytes: UnsafeRawBufferPointer) {
         // After a Close or a protocol violation nothing more is parsed; the edge's TLS stream is
         // read until it ends or the Close timer fires.
-        if readerStopped { return }
+        guard !machine.readerStopped else { return }
         reader.feed(bytes) { event in
             switch event {
             case .data(let payload):
-                if closeSent || localFD < 0 { return true }   // nobody to deliver to any more
-                bytesFromOrigin += payload.count
+                // Nobody to deliver to any more after our Close or the local side's end.
+                guard machine.acceptsEdgeData else { return true }
+                apply(.edgeData(count: payload.count))
                 deliverToLocal(payload)
                 return true
             case .pong:
                 return true
             case .ping(let payload):
-                guard !closeSent else { return true }
-                if toOrigin.isEmpty {
-                    sendControl(opcode: WebSocketFrames.opPong, payload: payload)
-                } else {
-                    owedPong = Array(payload.prefix(125))
-                }
+                apply(.ping(payload))
                 return true
             case .close(let payload):
-                let (verdict, action) = closing.receive(payload)
-                switch verdict {
-                case .valid(let code):
-                    logger.debug("connection \(id): the edge sent a Close frame (\(code.map(String.init) ?? "no code"))")
-                    noteEnd(.closedByEdge(code: code))
-                case .malformed(let what):
-                    logger.debug("connection \(id): the edge sent \(what); answering with Close 1002")
-                    noteEnd(.protocolViolation(detail: what))
-                }
-                if case .sendClose(let answer) = action {
-                    sendControl(opcode: WebSocketFrames.opClose, payload: answer)
-                    armCloseDeadline()
-                }
-                readerStopped = true
-                if toOrigin.isEmpty { tearDownEdge() }
+                logger.debug("connection \(id): the edge sent a Close frame (\(CloseHandshake.check(payload)))")
+                apply(.close(payload))
                 return false
             case .text:
-                if !closeSent {
-                    logger.debug("connection \(id): the origin sent a text frame; closing (only binary frames carry tunnel bytes)")
-                    noteEnd(.protocolViolation(detail: "a text frame; only binary frames carry tunnel bytes"))
-                    closeWebSocketWith = LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE
-                    sendClose(LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE)
-                }
+                logger.debug("connection \(id): the origin sent a text frame (only binary frames carry tunnel bytes)")
+                apply(.text)
                 return true
             case .violation(let what):
                 logger.debug("connection \(id): the edge sent \(what); closing the tunnel")
-                noteEnd(.protocolViolation(detail: what))
-                readerStopped = true
-                sendClose(LWS_CLOSE_STATUS_PROTOCOL_ERR)
+                apply(.violation(what))
                 return false
             }
         }
     }
 
     private func deliverToLocal(_ payload: UnsafeRawBufferPointer) {
+        guard localFD >= 0 else { return }
         var offset = 0
         if toLocal.isEmpty {
             while offset < payload.count {
                 let n = send(localFD, payload.baseAddress! + offset, payload.count - offset, Int32(MSG_NOSIGNAL))
                 if n > 0 { offset += n; continue }
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
-                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(n < 0 ? errno : EPIPE))"))
-                onLocalEnded()
+                let error = n < 0 ? SystemError.current() : SystemError(EPIPE)
+                if error.code == EINTR { continue }
+                if error.wouldBlock { break }
+                apply(.localFailed("writing to the local connection failed: \(error)"))
                 return
             }
         }
         if offset < payload.count {
             toLocal.append(UnsafeRawBufferPointer(rebasing: payload[offset...]))
-            if toLocal.count >= loop.tuning.highWatermark { webSocketPaused = true }
+            apply(.toLocalWritten(count: toLocal.count))
         }
     }
 
     private func flushLocal() {
         while !toLocal.isEmpty, localFD >= 0 {
-            var failed = false
-            var failure: Int32 = 0
+            var failure: SystemError?
             let sent = toLocal.consume(upTo: 1 << 20) { chunk in
                 let n = send(localFD, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
-                if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
-                    failed = true
-                    failure = errno
+                if n < 0 {
+                    let error = SystemError.current()
+                    if !error.wouldBlock && error.code != EINTR { failure = error }
                 }
                 return max(0, n)
             }
-            if failed {
-                noteEnd(.localIOFailed(detail: "writing to the local connection failed: \(Self.errorText(failure))"))
-                onLocalEnded()
+            if let failure {
+                apply(.localFailed("writing to the local connection failed: \(failure)"))
                 return
             }
             if sent == 0 { break }
         }
-        if webSocketPaused, toLocal.count <= loop.tuning.lowWatermark {
-            webSocketPaused = false
-            // Resume at once: epoll only announces what is in the kernel.
-            readEdge()
-        }
-        if toLocal.isEmpty, edge != .open || local == .closing { closeLocal() }
+        apply(.toLocalFlushed(count: toLocal.count))
     }
 
     // MARK: Interest
 
     private func updateInterest() {
-        if localFD >= 0 {
+        if localFD >= 0, localWatched {
             var want: UInt32 = 0
-            if readingLocal && !localPaused { want |= EPOLLIN.rawValue }
+            if machine.readsLocal { want |= EPOLLIN.rawValue }
             if !toLocal.isEmpty { want |= EPOLLOUT.rawValue }
             if want != localEvents {
                 localEvents = want
                 loop.modify(fd: localFD, tag: tag(.local), events: want)
             }
         }
-        if ssl != nil, edgeFD >= 0 {
+        if session != nil, machine.edgeIsOpen, edgeFD >= 0 {
             var want: UInt32 = 0
-            if !edgeReadPaused { want |= EPOLLIN.rawValue }
+            if machine.readsEdge { want |= EPOLLIN.rawValue }
             if !toOrigin.isEmpty { want |= EPOLLOUT.rawValue }
-            if want != edgeEvents {
-                edgeEvents = want
-                loop.modify(fd: edgeFD, tag: tag(.edge), events: want)
-            }
+            watchEdge(want)
         }
     }
 
-    // MARK: Keepalive
+    // MARK: Timer
 
-    func armKeepalive(_ wsi: OpaquePointer) {
-        let seconds = loop.configuration.keepaliveSeconds
-        guard seconds > 0 else { return }
-        keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
-        rearmTimer()
+    /// Asks the loop's timer for the earliest deadline (the dial's or the machine's), when it moved.
+    func rearmTimer() {
+        let next = [dialDeadline, machine.nextDeadline].compactMap({ $0 }).min()
+        guard next != scheduledDeadline else { return }
+        scheduledDeadline = next
+        timerGeneration &+= 1
+        if let next { loop.schedule(bridge: id, generation: timerGeneration, at: next) }
     }
 
-    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
-
-    /// Sets the lws timer to the earliest deadline.
-    private func rearmTimer() {
-        guard let webSocket, let next = [closeDeadline, lingerDeadline, keepaliveDeadline].compactMap({ $0 }).min()
-        else { return }
-        let now = Self.now()
-        let micros = next > now ? (next - now) / 1_000 : 0
-        lws_set_timer_usecs(webSocket, lws_usec_t(max(1, micros)))
-    }
-
-    func onTimer(_ wsi: OpaquePointer) -> Int32 {
-        guard wsi == webSocket, edge == .open else { return 0 }
-        let now = Self.now()
-        if let deadline = closeDeadline, now >= deadline {
-            // The edge did not answer our Close in time.
-            closeDeadline = nil
-            tearDownEdge()
-            return 0
-        }
-        if let deadline = lingerDeadline, now >= deadline {
-            lingerDeadline = nil
-            logger.debug("connection \(id): the half-close linger passed; closing")
-            onLocalEnded()
-            updateInterest()
-        }
-        if let deadline = keepaliveDeadline, now >= deadline, !closeSent {
-            keepaliveTick()
-        }
-        rearmTimer()
-        return 0
-    }
-
-    /// Every interval (`KeepaliveState` decides): a ping after an interval of silence or of
-    /// nothing from the edge; the tunnel is closed after three intervals without a word from it.
-    private func keepaliveTick() {
-        let seconds = loop.configuration.keepaliveSeconds
-        keepaliveDeadline = nil
-        guard seconds > 0 else { return }
-        switch keepalive.tick(sent: bytesToOrigin, received: bytesFromOrigin) {
-        case .close:
-            logger.debug("connection \(id): the edge did not answer keepalive pings for \(KeepaliveState.deadAfter * seconds) s; closing the tunnel")
-            noteEnd(.keepaliveTimeout(seconds: KeepaliveState.deadAfter * seconds))
-            closeBoth()
+    /// The loop's timer reached this bridge's deadline.
+    func onTimer() {
+        scheduledDeadline = nil
+        if let deadline = dialDeadline, Self.now() >= deadline {
+            dialDeadline = nil
+            logger.debug("connection \(id): no answer within \(loop.configuration.handshakeTimeoutSeconds) s")
+            failDial(.timedOut)
             return
-        case .ping:
-            sendControl(opcode: WebSocketFrames.opPing, payload: [])
-            updateInterest()
-        case .none:
-            break
         }
-        keepaliveDeadline = Self.now() + UInt64(seconds) * 1_000_000_000
+        let before = machine.end
+        apply(.timer)
+        if before == nil, case .keepaliveTimeout(let seconds)? = machine.end {
+            logger.debug("connection \(id): the edge did not answer keepalive pings for \(seconds) s; closing the tunnel")
+        }
+        updateInterest()
+        rearmTimer()
     }
 
     // MARK: Endings
 
-    /// Sends a Close frame (after what is queued) and waits a little for the edge's Close.
-    private func sendClose(_ status: lws_close_status) {
-        guard ssl != nil else { return }
-        guard case .sendClose(let payload) = closing.close(code: UInt16(truncatingIfNeeded: status.rawValue)) else { return }
-        sendControl(opcode: WebSocketFrames.opClose, payload: payload)
-        armCloseDeadline()
+    /// Frees the TLS session (the socket stays libwebsockets' to close).
+    func releaseSession() {
+        if let session { SSL_free(session) }
+        session = nil
     }
 
-    /// The edge has 2 s to answer our Close (or to take the rest of what is queued).
-    private func armCloseDeadline() {
-        lingerDeadline = nil
-        keepaliveDeadline = nil
-        closeDeadline = Self.now() + 2_000_000_000
-        rearmTimer()
+    func unwatchEdge() {
+        if edgeFD >= 0, edgeWatched { loop.unwatch(fd: edgeFD) }
+        edgeWatched = false
     }
 
-    /// Stops using the TLS stream and lets libwebsockets close it (no frame of its own: the
-    /// Close frames are ours). The local side gets what is queued for it, then closes.
-    private func tearDownEdge() {
-        // A Close handshake we took part in ends the TLS session properly too (close_notify),
-        // unless the stream already broke.
-        if let ssl, closeSent, !edgeBroken {
-            ERR_clear_error()
-            _ = SSL_shutdown(ssl)
+    /// Closes the edge's socket (once); the machine hears it is released when the actions in
+    /// progress are done.
+    func closeEdgeSocket() {
+        guard edgeFD >= 0 else { return }
+        unwatchEdge()
+        Glibc.close(edgeFD)
+        edgeFD = -1
+        edgeReleasePending = true
+    }
+
+    /// Puts the edge's socket in the epoll set with these events, or changes them.
+    func watchEdge(_ events: UInt32) {
+        guard edgeFD >= 0 else { return }
+        if !edgeWatched {
+            loop.watch(fd: edgeFD, tag: tag(.edge), events: events)
+            edgeWatched = true
+        } else if events != edgeEvents {
+            loop.modify(fd: edgeFD, tag: tag(.edge), events: events)
         }
-        if edgeFD >= 0 {
-            loop.unwatch(fd: edgeFD)
-            edgeFD = -1
-        }
-        ssl = nil
-        edge.finish()
-        toOrigin.reset()
-        killWebSocket()
-        if toLocal.isEmpty { closeLocal() }
+        edgeEvents = events
     }
 
-    private func killWebSocket() {
-        if let webSocket { lws_set_timeout(webSocket, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC) }
-    }
-
-    private func closeLocal() {
+    private func closeLocalSocket() {
         guard localFD >= 0 else { return }
-        if established { loop.unwatch(fd: localFD) }
+        if localWatched { loop.unwatch(fd: localFD) }
+        localWatched = false
         Glibc.close(localFD)
         localFD = -1
-        local = .closed
         toLocal.reset()
-        finishIfDone()
-    }
-
-    /// libwebsockets closed the WebSocket (after our teardown, or on its own: context destroyed).
-    func onWebSocketClosed() {
-        logger.debug("connection \(id): WebSocket closed")
-        if edgeFD >= 0 {
-            loop.unwatch(fd: edgeFD)
-            edgeFD = -1
-        }
-        ssl = nil
-        webSocket = nil
-        edge.finish()
-        toOrigin.reset()
-        if toLocal.isEmpty { closeLocal() } else { updateInterest() }
-        finishIfDone()
-    }
-
-    private func closeWebSocket(status: lws_close_status) {
-        closeWebSocketWith = status
-        sendClose(status)
-        updateInterest()
     }
 
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
-        noteEnd(.shutdown)
-        if local != .closed { local = .closing }
-        if established {
-            closeWebSocket(status: LWS_CLOSE_STATUS_GOINGAWAY)
-            if toLocal.isEmpty { closeLocal() }
-            if ssl == nil { killWebSocket() }
-        } else if local != .closed {
-            Glibc.close(localFD)
-            localFD = -1
-            local = .closed
-        }
+        apply(.shutdown)
+        updateInterest()
     }
 
-    /// After the loop's context is gone: close what libwebsockets did not own.
+    /// The loop is gone: close what is left, without a word to anyone.
     func abandon() {
-        if localFD >= 0 {
-            Glibc.close(localFD)
-            localFD = -1
+        releaseSession()
+        if edgeFD >= 0 { Glibc.close(edgeFD) }
+        edgeFD = -1
+        if localFD >= 0 { Glibc.close(localFD) }
+        localFD = -1
+    }
+
+    /// The dial failed: the owner is told (the local socket closed, or handed back after an Access
+    /// refusal when asked), then the machine.
+    func fail(_ failure: TunnelFailure) {
+        guard !failed else { return }
+        failed = true
+        // The owner reports the plain message to people; the log keeps the technical detail.
+        logger.debug("connection \(id) failed: \(failure.detail)")
+        let fd = localFD
+        localFD = -1
+        if fd >= 0, handshake.handBackOnRefusal, failure.category == .authentication {
+            loop.onEvent(.refused(id: id, socket: fd, failure))
+        } else {
+            if fd >= 0 { Glibc.close(fd) }
+            loop.onEvent(.failed(id: id, failure))
         }
-    }
-
-    /// Remembers why the tunnel ends, unless an earlier cause is known.
-    private func noteEnd(_ reason: TunnelEnd) {
-        if end == nil { end = reason }
-    }
-
-    static func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
-
-    func finishIfDone() {
-        guard isFinished else { return }
-        if !reportedFailure {
-            let reason = end ?? .reset(detail: "the WebSocket closed")
-            logger.debug("connection \(id) ended: \(reason)")
-            loop.onEvent(.closed(id: id, toOrigin: bytesToOrigin, fromOrigin: bytesFromOrigin, reason: reason))
-        }
-        loop.forget(self)
-    }
-}
-
-/// The local socket's life, from the bridge's side.
-enum LocalSide: Equatable {
-    /// Read and written.
-    case open
-    /// The local peer sent its last byte (EOF): only written to, for the edge's reply
-    /// (half-close), until the edge closes or the linger passes.
-    case inputEnded
-    /// To be closed once what is queued for it is written (shutdown).
-    case closing
-    /// Closed (or handed back): nothing of it remains.
-    case closed
-}
-
-/// The WebSocket's life, from the bridge's side.
-enum EdgeSide: Equatable {
-    /// Dialling or established: bytes may come and go.
-    case open
-    /// No more bytes will come from or go to it; libwebsockets still holds the wsi.
-    case done
-    /// libwebsockets destroyed the wsi (or never made one): no callback can follow.
-    case released
-
-    /// No more I/O (a released side stays released).
-    mutating func finish() {
-        if self == .open { self = .done }
+        // The dial's socket is closed already (`failDial`), or was never opened.
+        apply(.dialFailed(released: edgeFD < 0))
     }
 }

@@ -1,5 +1,6 @@
 internal import CCFWebSockets
 internal import CCFShim
+internal import CCFOpenSSL
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,7 +12,10 @@ import Logging
 ///
 /// One thread owns the `lws_context` and runs `lws_service`; other threads hand it work through a
 /// locked command queue and `lws_cancel_service`, drained on `LWS_CALLBACK_EVENT_WAIT_CANCELLED`.
-/// Each bridge pairs a local socket (adopted as a raw socket) with one WebSocket client connection.
+/// Each bridge pairs a local socket with one WebSocket to the edge, all of it on this thread and
+/// in one epoll set (which libwebsockets' loop watches): the bridge opens the TCP connection, does
+/// the proxy `CONNECT`, TLS (on this loop's own `SSL_CTX`) and the HTTP upgrade itself, then
+/// carries the bytes. The deadlines of every bridge share one timerfd in the same epoll set.
 package final class CarrierLoop: @unchecked Sendable {
     /// Tunable sizes of the data path.
     package struct Tuning: Sendable {
@@ -26,7 +30,7 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 
     private enum Command {
-        case bridge(id: Int, fd: Int32, address: String, handshake: Handshake)
+        case bridge(id: Int, fd: Int32, route: EdgeRoute, handshake: Handshake)
         case closeAll
         case stop
     }
@@ -37,11 +41,15 @@ package final class CarrierLoop: @unchecked Sendable {
     let onEvent: @Sendable (BridgeEvent) -> Void
     /// The upgrade headers of connections bridged without their own request, built once.
     let defaultHandshake: Handshake
+    /// Where a `--connect-to`/`--resolve` pin sends every dial of this configuration, looked up once.
+    private let pinned: (address: String, port: Int)?
 
     /// Guarded by `contextLock` for the threads that wake the loop; the service thread destroys it.
     private var context: OpaquePointer?
     private let contextLock = NSLock()
     private(set) var vhost: OpaquePointer?
+    /// The TLS client context of every connection of this loop (CA, resumption, verify policy).
+    private(set) var tls: TLSClientContext!
     private let protocols: UnsafeMutablePointer<lws_protocols>
     private let protocolNames: [UnsafeMutablePointer<CChar>]
     /// Shared buffers of the data path (one service thread): room for a frame header, then one
@@ -50,10 +58,18 @@ package final class CarrierLoop: @unchecked Sendable {
     let rxBuffer: UnsafeMutableRawPointer
     let rxCapacity = 256 << 10
     let controlBuffer: UnsafeMutableRawPointer
+    /// Masking keys and upgrade keys (the service thread only).
+    var random = RandomPool()
     /// The epoll set of every established bridge's two sockets; itself watched by libwebsockets.
     private var epollFD: Int32 = -1
     private var epollEvents: UnsafeMutablePointer<epoll_event>
     private let epollBatch = 256
+    /// The one timer of every bridge's deadlines (in the epoll set), armed to the earliest of them.
+    private var timerFD: Int32 = -1
+    private var deadlines = DeadlineHeap()
+    private var armedDeadline: UInt64?
+    /// The epoll tag of the timer (bridge tags are `id << 1 | side`, ids count from 1).
+    private static let timerTag = UInt64.max
 
     private let commands = LockedBox<[Command]>([])
     private let ids = LockedBox(0)
@@ -63,9 +79,7 @@ package final class CarrierLoop: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let threadStarted = LockedBox(false)
 
-    static let webSocketProtocolName = "cfat-ws"
-    /// libwebsockets' per-thread buffer, which holds the whole upgrade request.
-    static let requestBufferSize = 64 << 10
+    /// The protocol of the epoll set, adopted as a raw file.
     static let rawProtocolName = "cfat-raw"
 
     /// Creates the loop; call `start()` before bridging.
@@ -76,29 +90,24 @@ package final class CarrierLoop: @unchecked Sendable {
         self.tuning = tuning
         self.onEvent = onEvent
         self.defaultHandshake = Handshake(request: configuration.request, credential: configuration.credential)
+        pinned = AddressOverride.route(host: configuration.dialHost, port: configuration.dialPort,
+                                       resolve: configuration.resolveOverrides)
         txBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + tuning.chunkSize, alignment: 16)
         rxBuffer = .allocate(byteCount: rxCapacity, alignment: 16)
         controlBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + 128, alignment: 16)
         epollEvents = .allocate(capacity: epollBatch)
-        protocolNames = [strdup(Self.webSocketProtocolName)!, strdup(Self.rawProtocolName)!]
-        protocols = .allocate(capacity: 3)
-        protocols.initialize(repeating: lws_protocols(), count: 3)
-        for i in 0..<2 {
-            protocols[i].name = UnsafePointer(protocolNames[i])
-            protocols[i].callback = carrierCallback
-            // libwebsockets parses only the upgrade response: the frames are ours. It still mallocs
-            // a frame buffer of rx_buffer_size for every WebSocket, never used after the takeover,
-            // so it is kept tiny (4 KiB of it was ~20% of an idle connection's memory).
-            protocols[i].rx_buffer_size = 128
-            // Without this, lws caps every socket write at rx_buffer_size: the upgrade request
-            // (which may carry a long app token) would leave in 128-byte pieces.
-            protocols[i].tx_packet_size = 16 << 10
-        }
+        protocolNames = [strdup(Self.rawProtocolName)!]
+        protocols = .allocate(capacity: 2)
+        protocols.initialize(repeating: lws_protocols(), count: 2)
+        protocols[0].name = UnsafePointer(protocolNames[0])
+        protocols[0].callback = carrierCallback
+        // libwebsockets never reads the epoll set itself: no buffer of its own.
+        protocols[0].rx_buffer_size = 128
     }
 
     deinit {
         if let context { lws_context_destroy(context) }   // only when the service thread never ran
-        protocols.deinitialize(count: 3)
+        protocols.deinitialize(count: 2)
         protocols.deallocate()
         protocolNames.forEach { free($0) }
         txBuffer.deallocate()
@@ -107,61 +116,39 @@ package final class CarrierLoop: @unchecked Sendable {
         epollEvents.deallocate()
     }
 
-    /// Creates the libwebsockets context and starts the service thread.
+    /// Creates the TLS context and the libwebsockets context, and starts the service thread.
     package func start() throws(TunnelFailure) {
-        _ = OpenSSLSetup.initialised
-        LWSLog.install(logger: logger)
+        tls = try TLSClientContext(caFile: configuration.caFile,
+                                   acceptsUnverified: configuration.connectTo?.skipVerification == true)
         var info = lws_context_creation_info()
-        info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
+        // No LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT: libwebsockets does no TLS for us, so it takes no
+        // process-wide OpenSSL state (ex-data indexes) either.
+        info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS)
         info.port = CONTEXT_PORT_NO_LISTEN
         info.user = Unmanaged.passUnretained(self).toOpaque()
-        info.pt_serv_buf_size = UInt32(Self.requestBufferSize)
-        info.timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
-        info.connect_timeout_secs = UInt32(max(1, configuration.handshakeTimeoutSeconds))
-        guard let ctx = lws_create_context(&info) else {
+        HostProcess.quietenLibWebSocketsNotices()
+        guard let ctx = HostProcess.keepingSIGPIPE({ lws_create_context(&info) }) else {
             if let exhausted = FileDescriptors.exhausted() { throw exhausted }
             throw TunnelFailure.internalError("libwebsockets could not create its context")
         }
         context = ctx
 
-        let caFile = configuration.caFile ?? CarrierConfiguration.systemCABundle
-        let proxyHost = configuration.proxy?.host
-        let made: OpaquePointer? = caFile.withCString { ca in
-            "cfat-client".withCString { name in
-                withOptionalCString(proxyHost) { proxy in
-                    var v = lws_context_creation_info()
-                    v.port = CONTEXT_PORT_NO_LISTEN
-                    v.protocols = UnsafePointer(protocols)
-                    v.vhost_name = name
-                    // libwebsockets also loads OpenSSL's default places (SSL_CERT_FILE and
-                    // SSL_CERT_DIR when set, as for curl and Go; issue 17.3) unless told not to:
-                    // with --ca-file, that file alone is trusted.
-                    v.options = UInt64(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT)
-                        | (configuration.caFile == nil ? 0 : UInt64(LWS_SERVER_OPTION_DISABLE_OS_CA_CERTS))
-                    v.client_ssl_ca_filepath = ca
-                    if let proxy, let settings = configuration.proxy {
-                        // Every dial of this vhost goes through the proxy with CONNECT host:port.
-                        v.http_proxy_address = proxy
-                        v.http_proxy_port = UInt32(settings.port)
-                    }
-                    return lws_create_vhost(ctx, &v)
-                }
-            }
+        let made: OpaquePointer? = "cfat-client".withCString { name in
+            var v = lws_context_creation_info()
+            v.port = CONTEXT_PORT_NO_LISTEN
+            v.protocols = UnsafePointer(protocols)
+            v.vhost_name = name
+            return lws_create_vhost(ctx, &v)
         }
         guard let made else {
-            throw TunnelFailure.configuration(ConfigurationError(
-                "cannot load the CA certificates from \(caFile): give a readable PEM file of CA certificates"), subject: .caFile)
+            throw TunnelFailure.internalError("libwebsockets could not create its vhost")
         }
         vhost = made
 
         // The data path's sockets are watched by one epoll set, which the lws loop watches.
         let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard ep >= 0 else {
-            let code = errno
-            if code == EMFILE || code == ENFILE {
-                throw TunnelFailure.outOfFileDescriptors(limit: FileDescriptors.limit, what: "epoll_create1(): \(String(cString: strerror(code)))")
-            }
-            throw TunnelFailure.internalError("epoll_create1(): \(String(cString: strerror(code)))")
+            throw SystemError.current("epoll_create1()").tunnelFailure
         }
         var desc = lws_adopt_desc_t()
         desc.vh = made
@@ -176,8 +163,18 @@ package final class CarrierLoop: @unchecked Sendable {
             throw TunnelFailure.internalError("libwebsockets could not watch the data path's epoll set")
         }
         epollFD = ep
+        let timer = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        guard timer >= 0 else { throw SystemError.current("timerfd_create()").tunnelFailure }
+        timerFD = timer
+        watch(fd: timer, tag: Self.timerTag, events: EPOLLIN.rawValue)
 
-        let thread = Thread { [self] in self.serviceLoop() }
+        let thread = Thread { [self] in
+            // A write to a socket whose peer is gone raises SIGPIPE in the writing thread. OpenSSL
+            // writes without MSG_NOSIGNAL, so this thread blocks the signal (the write then fails
+            // with EPIPE) instead of the library changing the process's disposition.
+            HostProcess.blockSIGPIPEInThisThread()
+            self.serviceLoop()
+        }
         thread.name = "cf-access-tcp carrier"
         thread.stackSize = 1 << 20
         threadStarted.withLock { $0 = true }
@@ -208,6 +205,8 @@ package final class CarrierLoop: @unchecked Sendable {
         epollFD = -1   // closed by libwebsockets with the context
         for bridge in bridges.values { bridge.abandon() }
         bridges.removeAll()
+        if timerFD >= 0 { Glibc.close(timerFD) }
+        timerFD = -1
         finished.signal()
     }
 
@@ -226,26 +225,31 @@ package final class CarrierLoop: @unchecked Sendable {
             ?? defaultHandshake
         handshake.handBackOnRefusal = handBackOnRefusal
         let id = ids.withLock { n -> Int in n += 1; return n }
-        let host = configuration.dialHost
-        let port = configuration.dialPort
-        let resolved: Result<String, TunnelFailure>
-        if let pinned = AddressOverride.route(host: host, port: port, resolve: configuration.resolveOverrides) {
-            resolved = .success(pinned.address)
-        } else if configuration.proxy != nil {
-            // The proxy resolves the name (a proxied network may have no DNS of its own).
-            resolved = .success(host)
-        } else {
-            resolved = resolver.resolve(host: host, port: port)
-        }
-        switch resolved {
-        case .success(let address):
-            post(.bridge(id: id, fd: fd, address: address, handshake: handshake))
+        switch route() {
+        case .success(let route):
+            post(.bridge(id: id, fd: fd, route: route, handshake: handshake))
         case .failure(let failure):
             logger.debug("connection \(id) failed: \(failure.detail)")
             Glibc.close(fd)
             onEvent(.failed(id: id, failure))
         }
         return id
+    }
+
+    /// Where a new connection goes: the edge's address (a `--connect-to`/`--resolve` pin, else the
+    /// name resolved here), or the proxy's, which is then asked for the edge with `CONNECT`.
+    private func route() -> Result<EdgeRoute, TunnelFailure> {
+        let host = configuration.dialHost
+        let port = configuration.dialPort
+        if let proxy = configuration.proxy {
+            // The proxy resolves the edge's name (a proxied network may have no DNS of its own).
+            let target = HostText.withPort(pinned?.address ?? host, pinned?.port ?? port)
+            return resolver.resolve(host: proxy.host, port: proxy.port).map {
+                EdgeRoute(address: $0, port: proxy.port, tunnelTarget: target)
+            }
+        }
+        if let pinned { return .success(EdgeRoute(address: pinned.address, port: pinned.port)) }
+        return resolver.resolve(host: host, port: port).map { EdgeRoute(address: $0, port: port) }
     }
 
     /// Closes every bridged connection (each WebSocket with a Close frame) and stops the loop.
@@ -277,8 +281,8 @@ package final class CarrierLoop: @unchecked Sendable {
         let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
         for command in pending {
             switch command {
-            case .bridge(let id, let fd, let address, let handshake):
-                startBridge(id: id, fd: fd, address: address, handshake: handshake)
+            case .bridge(let id, let fd, let route, let handshake):
+                startBridge(id: id, fd: fd, route: route, handshake: handshake)
             case .closeAll:
                 for bridge in bridges.values { bridge.closeBoth() }
             case .stop:
@@ -287,11 +291,10 @@ package final class CarrierLoop: @unchecked Sendable {
         }
     }
 
-    private func startBridge(id: Int, fd: Int32, address: String, handshake: Handshake) {
+    private func startBridge(id: Int, fd: Int32, route: EdgeRoute, handshake: Handshake) {
         let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
         bridges[id] = bridge
-        bridge.dial(address: address)
-        if bridge.isFinished { forget(bridge) }
+        bridge.dial(route: route)
     }
 
     /// Called by a bridge once both of its sides are gone.
@@ -299,14 +302,45 @@ package final class CarrierLoop: @unchecked Sendable {
         bridges.removeValue(forKey: bridge.id)
     }
 
-    var lwsContext: OpaquePointer? { context }
+    // MARK: Deadlines
+
+    /// Calls `bridge.onTimer()` at `deadline` (monotonic nanoseconds) unless the bridge asked again
+    /// since (a newer `generation`) or is gone.
+    func schedule(bridge id: Int, generation: Int, at deadline: UInt64) {
+        deadlines.push(DeadlineHeap.Entry(deadline: deadline, id: id, generation: generation))
+        if armedDeadline.map({ deadline < $0 }) ?? true { armTimer(deadline) }
+    }
+
+    private func armTimer(_ deadline: UInt64?) {
+        armedDeadline = deadline
+        var spec = itimerspec()
+        if let deadline {
+            // Absolute CLOCK_MONOTONIC time, as `Bridge.now()` reads it; 0 would disarm.
+            let at = max(deadline, 1)
+            spec.it_value.tv_sec = Int(at / 1_000_000_000)
+            spec.it_value.tv_nsec = Int(at % 1_000_000_000)
+        }
+        _ = timerfd_settime(timerFD, Int32(TFD_TIMER_ABSTIME), &spec, nil)
+    }
+
+    /// The timer fired: every due deadline is served, then the timer is armed for the next.
+    private func serviceTimer() {
+        var expirations: UInt64 = 0
+        _ = read(timerFD, &expirations, MemoryLayout<UInt64>.size)
+        let now = Bridge.now()
+        while let next = deadlines.first, next.deadline <= now {
+            deadlines.removeFirst()
+            if let bridge = bridges[next.id], bridge.timerGeneration == next.generation { bridge.onTimer() }
+        }
+        armTimer(deadlines.first?.deadline)
+    }
 
     // MARK: The data path's epoll set
 
     func watch(fd: Int32, tag: UInt64, events: UInt32) {
         var event = epoll_event(events: events, data: epoll_data_t(u64: tag))
         if epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) != 0 {
-            logger.error("epoll_ctl(ADD, \(fd)): \(String(cString: strerror(errno)))")
+            logger.error("\(SystemError.current("epoll_ctl(ADD, \(fd))"))")
         }
     }
 
@@ -329,6 +363,10 @@ package final class CarrierLoop: @unchecked Sendable {
             for i in 0..<n {
                 let tag = epollEvents[i].data.u64
                 let events = epollEvents[i].events
+                if tag == Self.timerTag {
+                    serviceTimer()
+                    continue
+                }
                 guard let bridge = bridges[Int(tag >> 1)] else { continue }
                 bridge.onEvent(tag & 1 == 0 ? .local : .edge, events: events)
             }
@@ -337,28 +375,16 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 }
 
-/// The one C entry point for every protocol of the carrier's vhost.
+/// The one C entry point of the carrier's vhost: its epoll set became readable, or another thread
+/// woke the loop.
 private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reasons,
                              _ user: UnsafeMutableRawPointer?, _ input: UnsafeMutableRawPointer?,
                              _ len: Int) -> Int32 {
     guard let wsi else { return 0 }
     switch reason {
     case LWS_CALLBACK_RAW_RX_FILE:
-        if lws_get_opaque_user_data(wsi) == nil, let raw = lws_context_user(lws_get_context(wsi)) {
+        if let raw = lws_context_user(lws_get_context(wsi)) {
             Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().serviceEpoll()
-        }
-        return 0
-    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
-        // The vhost's client SSL_CTX is `user`; the wsi is a stand-in (only its context is real).
-        guard let sslContext = user.map(OpaquePointer.init), let raw = lws_context_user(lws_get_context(wsi)) else { return 0 }
-        let loop = Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue()
-        let logger = loop.logger
-        let acceptsUnverified = loop.configuration.connectTo?.skipVerification == true
-        if !TLSSessionCache.install(on: sslContext, acceptsUnverified: acceptsUnverified) {
-            logger.warning("TLS session resumption is off: OpenSSL refused the session hooks")
-        }
-        if !TLSSessionCache.preferFastCiphers(on: sslContext) {
-            logger.warning("OpenSSL refused our TLS 1.3 cipher order; using its default")
         }
         return 0
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
@@ -367,31 +393,22 @@ private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reaso
         }
         return 0
     default:
-        guard let raw = lws_get_opaque_user_data(wsi) else { return 0 }
-        let bridge = Unmanaged<Bridge>.fromOpaque(raw).takeUnretainedValue()
-        return bridge.handle(wsi: wsi, reason: reason, user: user, input: input, len: len)
+        return 0
     }
 }
 
-/// Calls `body` with a C string for `text`, or nil.
-private func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
-    guard let text else { return body(nil) }
-    return text.withCString { body($0) }
-}
-
-/// One connection's upgrade headers, as NUL-terminated bytes for `lws_add_http_header_by_name`,
-/// and the credential they carry (for the messages of an Access refusal).
+/// One connection's upgrade request and the credential it carries (for the messages of an
+/// Access refusal).
 struct Handshake: Sendable {
-    let headers: [(name: [UInt8], value: [UInt8])]
-    let redactedLines: [String]
+    let request: UpgradeRequest
     let credential: CredentialKind
     var handBackOnRefusal = false
 
     init(request: UpgradeRequest, credential: CredentialKind) {
-        headers = request.headers.map { h in
-            (Array((h.name + ":").utf8) + [0], Array(h.value.utf8) + [0])
-        }
-        redactedLines = request.redactedHeaderLines
+        self.request = request
         self.credential = credential
     }
+
+    /// The headers as they may be logged.
+    var redactedLines: [String] { request.redactedHeaderLines }
 }

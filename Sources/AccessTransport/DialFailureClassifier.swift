@@ -1,104 +1,118 @@
 import AccessCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// Turns what libwebsockets tells us about a failed dial into a typed failure with a plain message.
-///
-/// libwebsockets reports a refused upgrade as an HTTP status on the wsi, a TLS failure mostly
-/// through its log, and socket errors as short texts; this keeps the mapping in one pure place.
+/// How a dial failed, as the carrier saw it (`Bridge+Dial.swift`): typed by the stage it was in,
+/// from our own system calls and reads, never a library's message texts.
+enum DialProblem: Sendable, Equatable {
+    /// The TCP connection (to the edge, or to the proxy) could not be opened: the system's error.
+    case tcpConnect(SystemError)
+    /// The dial took longer than the handshake timeout.
+    case timedOut
+    /// The proxy answered `CONNECT` with a status other than 2xx.
+    case proxyRefused(status: Int, reason: String)
+    /// The proxy's answer was not a readable HTTP head, or the proxy closed: what happened.
+    case proxyBroken(String)
+    /// The TLS handshake failed: OpenSSL's reason (the certificate's, else the library error's).
+    case tls(String)
+    /// The connection ended during the TLS handshake (the peer closed it or reset it): how.
+    case closedDuringTLS(String)
+    /// The connection ended before the whole answer to the upgrade came: how.
+    case closedBeforeAnswer(String)
+    /// The answer's first bytes cannot start `HTTP/`.
+    case notHTTP(first: [UInt8])
+    /// The answer's head cannot be parsed (malformed, or larger than the limit): why.
+    case unreadableAnswer(String)
+    /// A `101` that does not open a WebSocket: why (`WebSocketUpgrade.Verdict.broken`).
+    case brokenAnswer(String)
+    /// Any other status: a refusal.
+    case refused(status: Int, location: String?)
+}
+
+/// Turns a failed dial into a typed failure with a plain message. Pure: one place for the rules.
 enum DialFailureClassifier {
-    static func classify(host: String, address: String, credential: CredentialKind, status: Int,
-                         location: String?, message: String, tlsReason: String?, recentLog: [String],
-                         timeoutSeconds: Int, proxy: String? = nil, notHTTPStart: String? = nil) -> TunnelFailure {
-        if let notHTTPStart {
-            // The clamped read of the answer stopped at the first byte that cannot start "HTTP/"
-            // (ssl_read_clamp.c, issue 12.6); these are the bytes it kept.
-            let shown = notHTTPStart.unicodeScalars.map {
-                $0.properties.isWhitespace || $0.value < 0x20 || $0.value > 0x7e ? "·" : String($0)
-            }.joined()
-            return .protocolViolation("\(host) answered the WebSocket upgrade with \"\(shown)…\", "
+    /// What was dialled, for the messages.
+    struct Context: Sendable {
+        /// The origin's host name (what the user typed).
+        var host: String
+        /// The address actually dialled, `host:port` (the edge's, even through a proxy).
+        var address: String
+        /// The credential the upgrade carried.
+        var credential: CredentialKind
+        /// The proxy (`host:port`), if the dial went through one.
+        var proxy: String?
+        /// The handshake timeout, in seconds.
+        var timeoutSeconds: Int
+    }
+
+    static func classify(_ problem: DialProblem, _ context: Context) -> TunnelFailure {
+        let host = context.host
+        let address = context.address
+        switch problem {
+        case .tcpConnect(let error):
+            if error.isOutOfDescriptors { return error.tunnelFailure }
+            if let proxy = context.proxy {
+                if error.code == ECONNREFUSED {
+                    return TunnelFailure(category: .transport, isRetryable: true,
+                                         message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
+                                         detail: "TCP connect to the proxy \(proxy): \(error.text)", kind: .connectionRefused)
+                }
+                return TunnelFailure(category: .transport, isRetryable: true,
+                                     message: "Cannot reach the proxy \(proxy) (\(error.text)): check HTTPS_PROXY, or NO_PROXY for a direct dial",
+                                     detail: "TCP connect to the proxy \(proxy): \(error.text)", kind: .networkUnavailable)
+            }
+            switch error.code {
+            case ECONNREFUSED: return .connectionRefused(address: address)
+            case ETIMEDOUT: return .timedOut(host: host, seconds: context.timeoutSeconds)
+            default: return .networkUnavailable(detail: "\(address): \(error.text)")
+            }
+        case .timedOut:
+            return .timedOut(host: host, seconds: context.timeoutSeconds)
+        case .proxyRefused(let status, let reason):
+            return proxyRefusal(context, detail: "HTTP \(status)\(reason.isEmpty ? "" : " " + reason)")
+        case .proxyBroken(let what):
+            return proxyRefusal(context, detail: what)
+        case .tls(let reason):
+            return .tls(host: host, reason: reason)
+        case .closedDuringTLS(let how):
+            return TunnelFailure(category: .transport, isRetryable: true,
+                                 message: "\(address) ended the connection during the TLS handshake (\(how)): "
+                                     + "check that it is the Cloudflare edge for \(host), then try again",
+                                 detail: "\(address): \(how) during the TLS handshake", subject: .hostname, kind: .connectionLost)
+        case .closedBeforeAnswer(let how):
+            return TunnelFailure(category: .transport, isRetryable: true,
+                                 message: "\(host) closed the connection without a complete answer to the WebSocket upgrade "
+                                     + "(\(how)): check that the hostname is an Access application for TCP, then try again",
+                                 detail: "\(address): \(how)", subject: .hostname, kind: .connectionLost)
+        case .notHTTP(let first):
+            return .protocolViolation("\(host) answered the WebSocket upgrade with \"\(shown(first))…\", "
                 + "which is not HTTP (an SSH server or another service where the edge should be?)")
-        }
-        if status >= 200 && status != 101 {
+        case .unreadableAnswer(let why):
+            return .protocolViolation("\(host) answered the WebSocket upgrade with a response head that cannot be parsed (\(why))")
+        case .brokenAnswer(let what):
+            return .protocolViolation("\(host) answered the WebSocket upgrade with \(what)")
+        case .refused(let status, let location):
             let refusal = UpgradeRefusal.classify(status: status, location: location)
             if case .accessLoginRequired(let loginURL) = refusal {
-                return .accessRejected(host: host, credential: credential, loginURL: loginURL)
+                return .accessRejected(host: host, credential: context.credential, loginURL: loginURL)
             }
             return .refused(host: host, refusal: refusal)
         }
-        let lowered = message.lowercased()
-        if let proxy, lowered.contains("proxy") {
-            // libwebsockets' words when the proxy's answer to CONNECT is not "HTTP/1.1 200".
-            return TunnelFailure(category: .transport, isRetryable: false,
-                                 message: "The proxy \(proxy) refused to connect to \(address), or answered CONNECT "
-                                     + "with something else than 200: check HTTPS_PROXY and NO_PROXY",
-                                 detail: "\(proxy): \(message)", kind: .proxyRefused)
-        }
-        if let proxy, status == 0, lowered.contains("refused") || lowered.contains("unable to connect")
-            || lowered.contains("connect failed") {
-            return TunnelFailure(category: .transport, isRetryable: true,
-                                 message: "Connection refused by the proxy \(proxy): check HTTPS_PROXY, or NO_PROXY for a direct dial",
-                                 detail: "TCP connect to the proxy \(proxy): \(message)", kind: .connectionRefused)
-        }
-        if status == 0, lowered == "read failed" {
-            // TCP and TLS were up, then the stream ended before a whole HTTP answer came.
-            return TunnelFailure(category: .transport, isRetryable: true,
-                                 message: "\(host) closed the connection without a complete answer to the WebSocket upgrade "
-                                     + "(an answer that is not HTTP, or a dropped connection): check that the hostname is an "
-                                     + "Access application for TCP, then try again",
-                                 detail: "\(address): \(message)", subject: .hostname, kind: .connectionLost)
-        }
-        if let broken = brokenUpgradeAnswer(message) {
-            // The edge answered, but not with a usable WebSocket upgrade: its fault, not the network's.
-            return .protocolViolation("\(host) answered the WebSocket upgrade with \(broken)")
-        }
-        if let tlsReason {
-            return .tls(host: host, reason: tlsReason)
-        }
-        if lowered.contains("tls") || lowered.contains("ssl") || lowered.contains("cert") {
-            let logged = recentLog.last { line in
-                let l = line.lowercased()
-                return l.contains("ssl") || l.contains("tls") || l.contains("cert") || l.contains("verify")
-            }
-            return .tls(host: host, reason: logged.map(trimLogPrefix) ?? message)
-        }
-        if lowered.contains("timed out") || lowered.contains("timeout") {
-            return .timedOut(host: host, seconds: timeoutSeconds)
-        }
-        if lowered.contains("refused") || lowered.contains("unable to connect") || lowered.contains("connect failed") {
-            return .connectionRefused(address: address)
-        }
-        if lowered.contains("unreachable") || lowered.contains("no route") {
-            return .networkUnavailable(detail: "\(address): \(message)")
-        }
-        if lowered.contains("dns") || lowered.contains("getaddrinfo") || lowered.contains("lookup") {
-            return .dns(host: host)
-        }
-        if status == 0 && message.isEmpty {
-            return .internalError("the WebSocket to \(host) failed without a reason")
-        }
-        return .networkUnavailable(detail: "\(address): \(message)")
     }
 
-    /// What libwebsockets' words for a bad answer to the upgrade mean, or nil for other failures.
-    static func brokenUpgradeAnswer(_ message: String) -> String? {
-        let lowered = message.lowercased()
-        if lowered.contains("accept hash") { return "a wrong Sec-WebSocket-Accept in the 101 answer" }
-        if lowered.contains("problems parsing header") {
-            return "a response head that cannot be parsed (malformed, or larger than the header buffer)"
-        }
-        if lowered.hasPrefix("hs: ") && !lowered.contains("not 101") {
-            return "a broken upgrade answer (\(message.dropFirst(4)))"
-        }
-        return nil
+    /// Bytes as one line of printable ASCII: anything else (spaces too) is a dot.
+    static func shown(_ bytes: [UInt8]) -> String {
+        String(decoding: bytes, as: UTF8.self).unicodeScalars.map {
+            $0.properties.isWhitespace || $0.value < 0x20 || $0.value > 0x7e ? "·" : String($0)
+        }.joined()
     }
 
-    /// libwebsockets log lines start with a timestamp and level tag; keep the text after them.
-    private static func trimLogPrefix(_ line: String) -> String {
-        var text = Substring(line)
-        if let range = text.range(of: "]: ") ?? text.range(of: "] ") { text = text[range.upperBound...] }
-        // The level tag of libwebsockets 4.1 ("E: ", "W: ", "N: ").
-        if text.count > 3, let tag = text.first, tag.isUppercase, text.dropFirst().hasPrefix(": ") {
-            text = text.dropFirst(3)
-        }
-        return String(text)
+    private static func proxyRefusal(_ context: Context, detail: String) -> TunnelFailure {
+        let proxy = context.proxy ?? "?"
+        return TunnelFailure(category: .transport, isRetryable: false,
+                             message: "The proxy \(proxy) refused to connect to \(context.address), or answered CONNECT "
+                                 + "with something else than 200: check HTTPS_PROXY and NO_PROXY",
+                             detail: "\(proxy): \(detail)", kind: .proxyRefused)
     }
 }

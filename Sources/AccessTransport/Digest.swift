@@ -1,4 +1,5 @@
 internal import CCFOpenSSL
+import AccessCore
 
 /// Hashes computed by OpenSSL.
 package enum Digest {
@@ -54,5 +55,27 @@ package enum Digest {
             }
             return Digest.hex(out)
         }
+    }
+}
+
+extension Digest {
+    /// SHA-1, fetched from OpenSSL's provider once (an implicit fetch on every digest costs a
+    /// lookup each time, on every new connection).
+    /// Immutable once made; OpenSSL's digest objects may be used from any thread.
+    nonisolated(unsafe) private static let sha1: OpaquePointer? = EVP_MD_fetch(nil, "SHA1", nil) ?? EVP_sha1()
+
+    /// The `Sec-WebSocket-Accept` value an edge must answer to `Sec-WebSocket-Key: key` (RFC 6455
+    /// §4.2.2): base64 of the SHA-1 of the key followed by the protocol's GUID.
+    static func webSocketAccept(key: String) -> String {
+        let input = Array((key + WebSocketUpgrade.acceptGUID).utf8)
+        var out = [UInt8](repeating: 0, count: Int(SHA_DIGEST_LENGTH))
+        var size: UInt32 = 0
+        let ok = input.withUnsafeBytes { i in
+            out.withUnsafeMutableBufferPointer { o in
+                EVP_Digest(i.baseAddress, i.count, o.baseAddress, &size, sha1, nil)
+            }
+        }
+        precondition(ok == 1 && size == 20, "EVP_Digest(SHA-1) failed")
+        return Base64.encode(out, alphabet: .standard, padded: true)
     }
 }

@@ -19,9 +19,9 @@ package enum FileDescriptors {
             Glibc.close(probe)
             return nil
         }
-        let code = errno
-        guard code == EMFILE || code == ENFILE else { return nil }
-        return .outOfFileDescriptors(limit: limit, what: "socket(): \(String(cString: strerror(code)))")
+        let error = SystemError.current("socket()")
+        guard error.isOutOfDescriptors else { return nil }
+        return error.tunnelFailure
     }
 
     /// A connected pair of local stream sockets (close-on-exec): one end for the carrier, one
@@ -29,10 +29,7 @@ package enum FileDescriptors {
     package static func socketPair() throws(TunnelFailure) -> (carrier: Int32, caller: Int32) {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            let code = errno
-            let what = "socketpair(): \(String(cString: strerror(code)))"
-            if code == EMFILE || code == ENFILE { throw .outOfFileDescriptors(limit: limit, what: what) }
-            throw .internalError(what)
+            throw SystemError.current("socketpair()").tunnelFailure
         }
         return (pair[0], pair[1])
     }

@@ -17,7 +17,7 @@ package final class LoopbackListener: @unchecked Sendable {
     package init(address: ListenAddress, backlog: Int32 = 511) throws(TunnelFailure) {
         let family = address.isIPv6 ? AF_INET6 : AF_INET
         let s = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { throw .internalError("socket(): \(String(cString: strerror(errno)))") }
+        guard s >= 0 else { throw SystemError.current("socket()").tunnelFailure }
         var one: Int32 = 1
         _ = setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         let rc: Int32
@@ -40,18 +40,18 @@ package final class LoopbackListener: @unchecked Sendable {
         }
         let shown = address.description
         if rc != 0 {
-            let err = errno
+            let error = SystemError.current()
             Glibc.close(s)
-            if err == EADDRINUSE {
+            if error.code == EADDRINUSE {
                 throw .configuration(ConfigurationError(
                     "\(shown) is already in use: pick another port, or port 0 for any free one"), subject: .listenAddress)
             }
-            throw .configuration(ConfigurationError("cannot listen on \(shown): \(String(cString: strerror(err)))"))
+            throw .configuration(ConfigurationError("cannot listen on \(shown): \(error.text)"))
         }
         guard listen(s, backlog) == 0 else {
-            let err = errno
+            let error = SystemError.current("listen()")
             Glibc.close(s)
-            throw .internalError("listen(): \(String(cString: strerror(err)))")
+            throw error.tunnelFailure
         }
         var storage = sockaddr_storage()
         var len = socklen_t(MemoryLayout<sockaddr_storage>.size)

@@ -1,15 +1,105 @@
 internal import CCFOpenSSL
+import AccessCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// TLS session resumption for the carrier's connections to the edge.
+/// The carrier's own TLS client: one `SSL_CTX` per carrier, made and freed by us, and one `SSL`
+/// per connection on the socket libwebsockets opened (reference/DECISIONS.md, "Own TLS and
+/// upgrade on a raw lws connection"). Nothing here is process-wide: the context's settings,
+/// the session it keeps for resumption and its verification policy live in the context.
+final class TLSClientContext {
+    /// The `SSL_CTX`.
+    let context: OpaquePointer
+    /// Accept a self-signed, untrusted or expired certificate, and skip the name check
+    /// (`--connect-to sni:port:host`, as in cloudflared).
+    let acceptsUnverified: Bool
+
+    /// The ALPN list we offer: HTTP/1.1 only, since the WebSocket upgrade is an HTTP/1.1 request.
+    private static let alpn: [UInt8] = [8] + Array("http/1.1".utf8)
+
+    /// A client context trusting `caFile` (PEM), or OpenSSL's default verify paths when nil
+    /// (the system store; `SSL_CERT_FILE` and `SSL_CERT_DIR` override it, as for cloudflared).
+    init(caFile: String?, acceptsUnverified: Bool) throws(TunnelFailure) {
+        guard let method = TLS_client_method(), let made = SSL_CTX_new(method) else {
+            throw .internalError("OpenSSL could not create a TLS client context")
+        }
+        context = made
+        self.acceptsUnverified = acceptsUnverified
+        // From here on deinit frees the context, whatever fails below.
+        _ = SSL_CTX_ctrl(made, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
+        // RELEASE_BUFFERS: an idle connection gives its ~33 KB of TLS read and write buffers back
+        // (measured: 33–35 KB of RSS per idle tunnel without it, 17–19 KB with it).
+        _ = SSL_CTX_ctrl(made, SSL_CTRL_MODE,
+                         Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS), nil)
+        if let caFile {
+            guard SSL_CTX_load_verify_locations(made, caFile, nil) == 1 else {
+                ERR_clear_error()
+                if let exhausted = FileDescriptors.exhausted() { throw exhausted }
+                throw .configuration(ConfigurationError(
+                    "cannot load the CA certificates from \(caFile): give a readable PEM file of CA certificates"),
+                    subject: .caFile)
+            }
+        } else if SSL_CTX_set_default_verify_paths(made) != 1 {
+            ERR_clear_error()
+            throw .configuration(ConfigurationError(
+                "cannot load the system CA certificates: give a PEM file of CA certificates with --ca-file"),
+                subject: .caFile)
+        }
+        _ = Self.alpn.withUnsafeBufferPointer { SSL_CTX_set_alpn_protos(made, $0.baseAddress, UInt32($0.count)) }
+        SSL_CTX_set_verify(made, SSL_VERIFY_PEER, TLSSessionCache.verifyCertificate)
+        guard TLSSessionCache.install(on: made, acceptsUnverified: acceptsUnverified) else {
+            throw .internalError("OpenSSL refused the TLS session hooks")
+        }
+        guard TLSSessionCache.preferFastCiphers(on: made) else {
+            throw .internalError("OpenSSL refused our TLS 1.3 cipher suites")
+        }
+    }
+
+    deinit { SSL_CTX_free(context) }
+
+    /// A client `SSL` on the connected socket `fd`, for the edge called `host` (checked against
+    /// its certificate unless `acceptsUnverified`) presenting `serverName` (SNI), with the newest
+    /// session of this context offered for resumption. Nil when OpenSSL is out of memory.
+    func connection(fd: Int32, host: String, serverName: String) -> OpaquePointer? {
+        guard let ssl = SSL_new(context) else { return nil }
+        guard SSL_set_fd(ssl, fd) == 1 else {
+            SSL_free(ssl)
+            return nil
+        }
+        if !acceptsUnverified {
+            let param = SSL_get0_param(ssl)
+            X509_VERIFY_PARAM_set_hostflags(param, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS))
+            if X509_VERIFY_PARAM_set1_ip_asc(param, host) != 1 {
+                _ = X509_VERIFY_PARAM_set1_host(param, host, 0)
+            }
+        }
+        // SNI carries names only (RFC 6066 §3), never an address.
+        if !Self.isAddress(serverName) {
+            _ = serverName.withCString { name in
+                SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, Int(TLSEXT_NAMETYPE_host_name), UnsafeMutableRawPointer(mutating: name))
+            }
+        }
+        TLSSessionCache.offer(to: ssl)
+        return ssl
+    }
+
+    /// Whether `text` is a numeric IPv4 or IPv6 address.
+    static func isAddress(_ text: String) -> Bool {
+        var buffer = in6_addr()
+        return inet_pton(AF_INET, text, &buffer) == 1 || inet_pton(AF_INET6, text, &buffer) == 1
+    }
+}
+
+/// TLS session resumption for the carrier's connections to the edge, and the certificate check.
 ///
-/// libwebsockets 4.1.6 keeps no client sessions, so every new connection paid a full TLS 1.3
-/// handshake (certificate chain check and two ECDSA verifications, most of a new connection's CPU).
-/// This installs two OpenSSL hooks on the client `SSL_CTX` libwebsockets made for the carrier's
-/// vhost: the new-session callback keeps the newest resumable session (ticket) the edge sent, and
-/// the info callback offers it when the next connection's handshake starts, before the
-/// ClientHello is written. Nothing else changes: a resumed session carries the verification
-/// result of the full handshake it came from, made under the same `SSL_CTX` (same CA file, same
-/// hostname), and an edge that cannot resume simply answers with a full handshake.
+/// Every new connection would otherwise pay a full TLS 1.3 handshake (certificate chain check and
+/// two ECDSA verifications, most of a new connection's CPU). The new-session callback on the
+/// carrier's `SSL_CTX` keeps a copy of the newest resumable session (ticket) the edge sent, and
+/// each new connection is offered a copy of it before its ClientHello. Nothing else changes: a
+/// resumed session carries the verification result of the full handshake it came from, made
+/// under the same `SSL_CTX` (same CA file, same hostname), and an edge that cannot resume simply
+/// answers with a full handshake.
 ///
 /// The session lives in the `SSL_CTX`'s own ex-data and is freed with it, so it can never reach
 /// another carrier's context (another CA file, another edge). All calls happen on the carrier's
@@ -24,23 +114,16 @@ enum TLSSessionCache {
         deinit { if let session { SSL_SESSION_free(session) } }
     }
 
-    /// Our ex-data index on `SSL_CTX`s; its free hook releases the slot with the context.
+    /// Our ex-data index on `SSL_CTX`s (taken once; only our own contexts carry a slot under it);
+    /// its free hook releases the slot with the context.
     private static let exDataIndex: Int32 = CRYPTO_get_ex_new_index(
         CRYPTO_EX_INDEX_SSL_CTX, 0, nil, nil, nil,
         { _, pointer, _, _, _, _ in
             if let pointer { Unmanaged<Slot>.fromOpaque(pointer).release() }
         })
 
-    /// Enables resumption on a client `SSL_CTX`, and our own certificate-verify callback on each
-    /// of its connections (idempotent). Returns false if OpenSSL refused.
-    ///
-    /// Why our own verify callback: libwebsockets 4.1.6 finds a connection's wsi in its verify
-    /// callback through an `SSL` ex-data index it takes anew, process-wide, each time a context is
-    /// created. A second carrier (another `AccessTunnel`, a probe) created while a handshake is in
-    /// flight moves that index, the callback finds nothing and fails the handshake with "can't get
-    /// wsi from ssl privdata" — a TLS failure out of nowhere. Ours needs no wsi: OpenSSL's own
-    /// result decides, and the `SSL_CTX` says whether this configuration accepts an unverified
-    /// certificate, as libwebsockets' `LCCSCF_ALLOW_*` flags did.
+    /// Enables resumption on one of our client `SSL_CTX`s (idempotent). Returns false if OpenSSL
+    /// refused.
     @discardableResult
     static func install(on context: OpaquePointer, acceptsUnverified: Bool) -> Bool {
         let index = exDataIndex
@@ -63,20 +146,15 @@ enum TLSSessionCache {
             slot.session = copy
             return 0   // OpenSSL keeps (and frees) its own reference
         }
-        SSL_CTX_set_info_callback(context) { ssl, event, _ in
-            guard event & SSL_CB_HANDSHAKE_START != 0, let ssl,
-                  SSL_is_server(ssl) == 0, SSL_in_before(ssl) == 1 else { return }   // a first handshake only
-            // libwebsockets set its own callback on this SSL just before; the server's
-            // certificate is checked later in this handshake, with ours.
-            SSL_set_verify(ssl, SSL_VERIFY_PEER, TLSSessionCache.verifyCertificate)
-            guard let slot = TLSSessionCache.slot(of: ssl), let session = slot.session else { return }
-            // Before the ClientHello: OpenSSL offers the ticket of a private copy, so how this
-            // connection ends cannot spoil the stored session.
-            guard let copy = SSL_SESSION_dup(session) else { return }
-            _ = SSL_set_session(ssl, copy)
-            SSL_SESSION_free(copy)   // the connection holds its own reference
-        }
         return true
+    }
+
+    /// Offers a copy of the newest session to a new connection, before its ClientHello: how this
+    /// connection ends cannot spoil the stored session.
+    static func offer(to ssl: OpaquePointer) {
+        guard let slot = slot(of: ssl), let session = slot.session, let copy = SSL_SESSION_dup(session) else { return }
+        _ = SSL_set_session(ssl, copy)
+        SSL_SESSION_free(copy)   // the connection holds its own reference
     }
 
     /// TLS 1.3 cipher suites in our order of preference: AES-128-GCM first, as Go's TLS (and so
@@ -101,10 +179,10 @@ enum TLSSessionCache {
         SSL_session_reused(ssl) == 1
     }
 
-    /// OpenSSL's verdict on the edge's certificate chain (CA file, validity, host name), with
-    /// the errors libwebsockets' `LCCSCF_ALLOW_SELFSIGNED`/`_INSECURE`/`_EXPIRED` waive waived when
-    /// the configuration skips verification. The error stays on the `SSL` for the failure message
-    /// (`SSL_get_verify_result`).
+    /// OpenSSL's verdict on the edge's certificate chain (CA file, validity, host name), with the
+    /// errors of an unverifiable certificate waived when the configuration skips verification
+    /// (`--connect-to sni:port:host`). The error stays on the `SSL` for the failure message
+    /// (`SSL_get_verify_result`). Needs no per-connection state: the `SSL_CTX` holds the policy.
     static let verifyCertificate: @convention(c) (Int32, OpaquePointer?) -> Int32 = { preverifyOK, store in
         if preverifyOK == 1 { return 1 }
         guard let store, let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),

@@ -1,7 +1,6 @@
 /// RFC 6455 framing for the data path, done in bulk instead of byte by byte.
 ///
-/// libwebsockets 4.1.6 opens the WebSocket (TCP, proxy CONNECT, TLS, the HTTP upgrade and its
-/// failure reasons); once it is established the bridge reads and writes the TLS stream itself,
+/// Once the WebSocket is open (`Bridge+Dial.swift`), the bridge reads and writes the TLS stream
 /// with these helpers: frame headers are parsed once per frame and payload is handed on as whole
 /// slices of the read buffer; client frames are masked eight bytes at a time.
 enum WebSocketFrames {

@@ -5,3 +5,4 @@
 #include <openssl/x509.h>
 #include <openssl/rsa.h>
 #include <openssl/sha.h>
+#include <openssl/x509v3.h>

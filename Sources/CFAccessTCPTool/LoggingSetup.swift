@@ -29,6 +29,7 @@ struct LoggingSetup {
     }
 
     init(level raw: String, file: String?, directory: String?) throws(ConfigurationError) {
+        ToolProcess.prepare()
         let level = try Self.level(raw)
         if file == nil, let directory { try Self.makeLogDirectory(directory) }
         let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
@@ -44,6 +45,7 @@ struct LoggingSetup {
             return handler
         }
         logger = Logger(label: "cf-access-tcp")
+        ToolProcess.routeLibWebSocketsLog(to: logger)
     }
 }
 
@@ -76,7 +78,7 @@ extension LoggingSetup {
                 throw ConfigurationError("the log file \(path) is a symbolic link: give the path of a regular file "
                                          + "(links are refused so nobody can redirect the log)")
             }
-            throw ConfigurationError("cannot open the log file \(path): \(String(cString: strerror(errno)))")
+            throw ConfigurationError("cannot open the log file \(path): \(SystemError.current().text)")
         }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {

@@ -38,7 +38,7 @@ struct SecretLoggingTests {
             var pair: [Int32] = [-1, -1]
             #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
             loop.bridge(socket: pair[0])
-            _ = "ping".withCString { send(pair[1], $0, 4, 0) }
+            _ = "ping".withCString { send(pair[1], $0, 4, Int32(MSG_NOSIGNAL)) }
             if secret == testTokenSecret {
                 var buffer = [UInt8](repeating: 0, count: 4)
                 var tv = timeval(tv_sec: 20, tv_usec: 0)

@@ -89,6 +89,56 @@ struct UpgradeAnswerTests {
         #expect(!result.stderr.contains("timed out"))
     }
 
+    @Test("a 101 without Upgrade: websocket is the edge's protocol error (exit 76)")
+    func noUpgradeHeader() throws {
+        let edge = try UpgradeEdge(mode: "no-upgrade")
+        let result = try runTool(try edge.arguments())
+        #expect(result.status == 76, "\(result.stderr)")
+        #expect(result.stderr.contains("a 101 answer without \"Upgrade: websocket\""), "\(result.stderr)")
+    }
+
+    /// Runs the tool in stdio mode until the banner arrives, then ends stdin: exit 0 expected.
+    private func bannerThroughTool(_ arguments: [String], environment: [String: String] = [:]) throws -> (String, Int32, String) {
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments + ["--half-close-linger", "0"],
+                                         environment: environment, stdin: .pipe)
+        defer { process.terminate() }
+        let banner = (try? process.waitForStdout(byteCount: Self.banner.utf8.count, timeout: 30)) ?? Data()
+        process.closeStdin()
+        let status = try process.waitForExit(timeout: 20)
+        return (String(decoding: banner, as: UTF8.self), status, process.stderrText)
+    }
+
+    static let banner = "SSH-2.0-HostileEdge_1.0\r\n"
+
+    @Test("a 101 and its first frame dribbled one byte per TLS record reach stdout whole (our own answer parser)")
+    func dribbledAnswer() throws {
+        let edge = try UpgradeEdge(mode: "dribble")
+        let (banner, status, stderr) = try bannerThroughTool(try edge.arguments())
+        #expect(banner == Self.banner, "\(stderr)")
+        #expect(status == 0, "\(stderr)")
+    }
+
+    @Test("a proxy whose 200 comes one byte per TCP write: the TLS handshake after it is not disturbed")
+    func dribblingProxy() throws {
+        let proxy = try UpgradeEdge(mode: "proxy-dribble")
+        let (banner, status, stderr) = try bannerThroughTool(try proxy.arguments(),
+                                                             environment: ["HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)"])
+        #expect(banner == Self.banner, "\(stderr)")
+        #expect(status == 0, "\(stderr)")
+        #expect(proxy.process.stderrText.contains("proxy 0: CONNECT 127.0.0.1:\(proxy.port) HTTP/1.1"), "\(proxy.process.stderrText)")
+    }
+
+    @Test("a proxy that refuses CONNECT (407), closes, or answers something else than HTTP is named (exit 69)",
+          arguments: ["proxy-407", "proxy-close", "proxy-not-http"])
+    func refusingProxy(_ mode: String) throws {
+        let proxy = try UpgradeEdge(mode: mode)
+        let result = try run(try TestPaths.binary("cf-access-tcp"), try proxy.arguments(),
+                             env: ["HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)"], timeout: 40)
+        #expect(result.status == 69, "\(result.stderr)")
+        #expect(result.stderr.contains("The proxy 127.0.0.1:\(proxy.port) refused to connect to 127.0.0.1:\(proxy.port), "
+            + "or answered CONNECT with something else than 200"), "\(result.stderr)")
+    }
+
     @Test("request headers too large for one request say so (exit 64), not 'Network unavailable'")
     func oversizedRequestHeaders() throws {
         let echo = try TargetFixture(.echo)

@@ -31,8 +31,6 @@ struct CurlLibrary: @unchecked Sendable {
     let easyGetinfo: UnsafeMutableRawPointer
 
     private static func load() -> Result<CurlLibrary, TunnelFailure> {
-        // OpenSSL is set up by us first (no exit-time cleanup), whoever loads it next.
-        _ = OpenSSLSetup.initialised
         guard let handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL) else {
             let reason = dlerror().map { String(cString: $0) } ?? "unknown reason"
             return .failure(.internalError("libcurl could not be loaded (\(reason)): install libcurl4"))

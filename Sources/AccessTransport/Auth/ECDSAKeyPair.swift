@@ -20,7 +20,6 @@ package struct ECDSAKeyPair: Sendable, CustomStringConvertible, CustomDebugStrin
 
     /// A fresh key pair from OpenSSL's random generator.
     package static func generate() throws(TunnelFailure) -> ECDSAKeyPair {
-        _ = OpenSSLSetup.initialised
         defer { ERR_clear_error() }
         guard let context = EVP_PKEY_CTX_new_from_name(nil, "EC", nil) else {
             throw .internalError("OpenSSL cannot make EC keys")
@@ -38,7 +37,6 @@ package struct ECDSAKeyPair: Sendable, CustomStringConvertible, CustomDebugStrin
 
     /// The key pair in `pem`, if it is an ECDSA P-256 private key (PEM, unencrypted).
     package static func load(pem: String) -> ECDSAKeyPair? {
-        _ = OpenSSLSetup.initialised
         defer { ERR_clear_error() }
         let bytes = Array(pem.utf8)
         let key: OpaquePointer? = bytes.withUnsafeBytes { raw in

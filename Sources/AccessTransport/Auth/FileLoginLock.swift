@@ -42,7 +42,7 @@ package struct FileLoginLock: LoginLock {
                 HeldLocks.shared.add(path, urlPath)
                 return .acquired(FileLoginLockHandle(path: path, urlPath: urlPath))
             }
-            guard errno == EEXIST else { throw .tokenCache(path: path, reason: String(cString: strerror(errno))) }
+            guard errno == EEXIST else { throw .tokenCache(path: path, reason: SystemError.current().text) }
             switch Self.inspect(path: path) {
             case .held(let pid):
                 return .held(pid: pid)

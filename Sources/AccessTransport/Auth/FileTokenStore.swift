@@ -48,7 +48,7 @@ package struct FileTokenStore: TokenStore {
         guard fd >= 0 else {
             if errno == ENOENT { return .missing }
             if errno == ELOOP { return .untrusted("it is a symbolic link") }
-            return .untrusted("it cannot be read (\(String(cString: strerror(errno))))")
+            return .untrusted("it cannot be read (\(SystemError.current().text))")
         }
         defer { close(fd) }
         var info = stat()
@@ -81,7 +81,7 @@ package struct FileTokenStore: TokenStore {
         let target = path(of: name)
         let temporary = path(of: ".\(name).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp")
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .tokenCache(path: target, reason: String(cString: strerror(errno))) }
+        guard fd >= 0 else { throw .tokenCache(path: target, reason: SystemError.current().text) }
         let bytes = Array(text.utf8)
         var written = 0
         var failure: Int32 = 0
@@ -100,7 +100,7 @@ package struct FileTokenStore: TokenStore {
         if failure == 0 && rename(temporary, target) != 0 { failure = errno }
         if failure != 0 {
             unlink(temporary)
-            throw .tokenCache(path: target, reason: String(cString: strerror(failure)))
+            throw .tokenCache(path: target, reason: SystemError(failure).text)
         }
     }
 
@@ -147,7 +147,7 @@ package struct FileTokenStore: TokenStore {
         for component in directory.split(separator: "/") {
             prefix += "/" + component
             if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
-                throw .tokenCache(path: directory, reason: String(cString: strerror(errno)))
+                throw .tokenCache(path: directory, reason: SystemError.current().text)
             }
         }
         _ = chmod(directory, 0o700)

@@ -15,7 +15,6 @@ package struct OpenSSLRS256Verifier: SignatureVerifier {
     /// Whether `signature` is `key`'s RS256 signature of `message`. A modulus under 2048
     /// bits, an empty exponent or any OpenSSL failure gives false.
     package func verifyRS256(message: [UInt8], signature: [UInt8], key: RSAPublicJWK) -> Bool {
-        _ = OpenSSLSetup.initialised
         defer { ERR_clear_error() }
         let modulus = Array(key.modulus.drop { $0 == 0 })
         let exponent = Array(key.exponent.drop { $0 == 0 })

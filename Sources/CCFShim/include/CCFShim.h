@@ -7,11 +7,13 @@
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
-#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/prctl.h>
-// Swift's Glibc module leaves out <sys/epoll.h>; the carrier's data path needs it (no forwarders).
+// Swift's Glibc module leaves out <sys/epoll.h>, <sys/random.h> and <sys/timerfd.h>; the carrier's
+// data path needs them (no forwarders).
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/timerfd.h>
 
 // curl_easy_setopt / curl_easy_getinfo are variadic: one typed forwarder per argument kind.
 // libcurl is loaded with dlopen on first use (CurlLibrary.swift), not linked: each forwarder
@@ -38,14 +40,5 @@ static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY
 
 // prctl is variadic, which Swift cannot call: the one option we use, PR_SET_DUMPABLE.
 static inline int CCFShim_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, (unsigned long)on, 0UL, 0UL, 0UL); }
-
-// ssl_read_clamp.c (not a forwarder: see there). While `on`, every SSL_read of `ssl` (by
-// libwebsockets too) returns at most one byte, so the 101's reader leaves what follows in
-// OpenSSL. Returns 1 on success.
-int CCFShim_clamp_reads(SSL *ssl, int on);
-
-// When the answer of a clamped `ssl` did not start with "HTTP/": copies its first bytes (at most
-// 7, NUL-terminated; `size` at least 8) to `first` and returns their count; else 0.
-int CCFShim_not_http_answer(SSL *ssl, char *first, int size);
 
 #endif
