@@ -58,7 +58,7 @@ do {
     await tunnel.disconnect()
     exit(result.exitStatus ?? 255)
 } catch let failure as SSHFailure {
-    fail(failure.message, failure.exitStatus.rawValue)
+    fail(failure.message, 1)
 } catch let failure as TunnelFailure {
-    fail(failure.message, ExitStatus(failure: failure.category).rawValue)
+    fail(failure.message, 1)
 }

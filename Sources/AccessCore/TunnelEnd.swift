@@ -1,8 +1,7 @@
 /// Why an established tunnel (one WebSocket and its local side) ended.
 ///
 /// A clean end is a Close handshake started by either side, or our own shutdown; everything
-/// else lost bytes or may have: the owner reports it as one plain line and a non-zero
-/// ``ExitStatus``.
+/// else lost bytes or may have: the owner reports it (``message(host:)``, ``failure(host:)``).
 public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
     /// The local side ended (EOF) and the WebSocket closed with our Close frame (`code` sent).
     case closedByLocal(code: UInt16)
@@ -32,18 +31,6 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
         case .closedByLocal, .shutdown: return true
         case .closedByEdge(let code): return code.map { Self.normalCloseCodes.contains($0) } ?? true
         case .reset, .protocolViolation, .keepaliveTimeout, .writeFailed, .localIOFailed, .failedToOpen: return false
-        }
-    }
-
-    /// The process exit status for a run that ended this way.
-    public var exitStatus: ExitStatus {
-        switch self {
-        case .closedByLocal, .shutdown: return .success
-        case .closedByEdge: return isClean ? .success : .connectionLost
-        case .reset, .keepaliveTimeout, .writeFailed: return .connectionLost
-        case .protocolViolation: return .protocolError
-        case .localIOFailed: return .localIO
-        case .failedToOpen(let failure): return ExitStatus(failure: failure.category)
         }
     }
 

@@ -35,17 +35,4 @@ public struct SSHFailure: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { message }
-
-    /// The process exit status `cf-access-tcp shell` ends with for this failure (README, "Exit
-    /// status").
-    public var exitStatus: ExitStatus {
-        switch kind {
-        case .timedOut: return .unavailable
-        case .connectionLost: return .connectionLost
-        case .authenticationFailed, .hostKeyRejected: return .accessDenied
-        case .protocolError: return .protocolError
-        case .localIO: return .localIO
-        case .configuration: return .usage
-        }
-    }
 }

@@ -128,10 +128,10 @@ func checkCAFile(_ path: String?) throws(ConfigurationError) {
 func runAuthWork<T: Sendable>(_ body: () async throws(TunnelFailure) -> T) async throws(TunnelFailure) -> T {
     // The login work holds tokens: no core dumps (issue 12.10).
     SecretMemory.protect()
-    let signals = handleInterrupts { _ in
+    let signals = handleInterrupts { sig in
         FileLoginLock.releaseAllHeld()
         writeStderr("\ncf-access-tcp: login cancelled")
-        exit(130)
+        exit(ExitStatus(signal: sig).rawValue)
     }
     defer { signals.forEach { $0.cancel() } }
     return try await body()

@@ -99,7 +99,7 @@ struct TCPCommand: AsyncParsableCommand {
                 stop.signal()
             } else {
                 if held > 0 { writeStderr("\ncf-access-tcp: login cancelled") }
-                Glibc.exit(sig == SIGINT ? 130 : 143)
+                Glibc.exit(ExitStatus(signal: sig).rawValue)
             }
         }
         defer { withExtendedLifetime(signals) {} }
@@ -114,7 +114,7 @@ struct TCPCommand: AsyncParsableCommand {
     /// ProxyCommand mode: the tunnel is stdin/stdout.
     ///
     /// Exit status: 0 when either side closed cleanly; otherwise one plain line on stderr (and in
-    /// the log file) naming what happened, and the status of ``TunnelEnd/exitStatus``.
+    /// the log file) naming what happened, and the status ``ExitStatus`` gives its ``TunnelEnd``.
     private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings, report: FailureReport) async throws {
         let stream: TunnelStream
         let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
@@ -126,7 +126,7 @@ struct TCPCommand: AsyncParsableCommand {
             report.failure(error)
             // Let the session's tasks settle before the process exits under them.
             await tunnel.disconnect()
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         let finished = OneShot<Void>()
         let outcome = LockedBox(StdioBridge.Outcome.ended)
@@ -140,11 +140,11 @@ struct TCPCommand: AsyncParsableCommand {
         await tunnel.disconnect()
         if case .outputFailed(let code) = outcome.withLock({ $0 }) {
             report.line("cannot write to stdout: \(String(cString: strerror(code))); the tunnel to \(settings.origin.host) was closed")
-            throw ExitCode(ExitStatus.localIO.rawValue)
+            throw ExitStatus(TunnelEnd.localIOFailed(detail: "stdout")).code
         }
         if let end, !end.isClean {
             report.line(end.message(host: settings.origin.host))
-            throw ExitCode(end.exitStatus.rawValue)
+            throw ExitStatus(end).code
         }
         throw ExitCode.success
     }
@@ -163,7 +163,7 @@ struct TCPCommand: AsyncParsableCommand {
         } catch {
             report.failure(error)
             await tunnel.disconnect()
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         let shown = HostText.withPort(listen.host, Int(port))
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
@@ -180,7 +180,7 @@ struct TCPCommand: AsyncParsableCommand {
         watcher.cancel()
         let end = await tunnel.lastEnd
         await tunnel.disconnect()
-        if let end, !end.isClean { throw ExitCode(end.exitStatus.rawValue) }
+        if let end, !end.isClean { throw ExitStatus(end).code }
     }
 }
 

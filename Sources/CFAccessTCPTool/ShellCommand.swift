@@ -271,7 +271,7 @@ final class ShellRunner: @unchecked Sendable {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
         } catch {
             await tunnel.disconnect()
-            throw Stop(message: error.withFlags, status: ExitStatus(failure: error.category))
+            throw Stop(message: error.withFlags, status: ExitStatus(error))
         }
         let session: SSHSession
         do {
@@ -281,7 +281,7 @@ final class ShellRunner: @unchecked Sendable {
             try await authenticate(session)
         } catch let failure as SSHFailure {
             await tunnel.disconnect()
-            throw Stop(message: failure.message, status: failure.exitStatus)
+            throw Stop(message: failure.message, status: ExitStatus(failure))
         } catch let stop as Stop {
             await tunnel.disconnect()
             throw stop
@@ -497,7 +497,7 @@ final class ShellRunner: @unchecked Sendable {
         } catch {
             await tunnel.disconnect()
             say("cf-access-tcp: \(error.message)")
-            return error.exitStatus.rawValue
+            return ExitStatus(error).rawValue
         }
         await session.disconnect(description: "disconnected by user")
         await tunnel.disconnect()
@@ -513,7 +513,7 @@ final class ShellRunner: @unchecked Sendable {
         case .closed: return ExitStatus.success.rawValue
         case .lost(let failure):
             say("cf-access-tcp: \(failure.message)")
-            return failure.exitStatus.rawValue
+            return ExitStatus(failure).rawValue
         case .localOutputFailed(let why):
             say("cf-access-tcp: cannot write the output: \(why)")
             return ExitStatus.localIO.rawValue
@@ -560,7 +560,7 @@ final class ShellRunner: @unchecked Sendable {
                 raw.restore()
                 await tunnel.disconnect()
                 say("cf-access-tcp: \(error.message)")
-                return error.exitStatus.rawValue
+                return ExitStatus(error).rawValue
             }
             current.withLock { $0 = channel }
             let end = await channel.run(input: 0, output: 1)
@@ -576,7 +576,7 @@ final class ShellRunner: @unchecked Sendable {
             await session.disconnect(description: "connection lost")
             await tunnel.disconnect()
             var reconnected: (AccessTunnel, SSHSession)?
-            var last = Stop(message: failure.message, status: failure.exitStatus)
+            var last = Stop(message: failure.message, status: ExitStatus(failure))
             for (attempt, delay) in [1, 5, 15].enumerated() {
                 say("\r\nConnection lost — reconnecting (\(attempt + 1)/3)…")
                 try? await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000_000)
@@ -596,16 +596,6 @@ final class ShellRunner: @unchecked Sendable {
             (tunnel, session) = reconnected
             raw.enterRawAgain()
         }
-    }
-}
-
-extension Error {
-    /// The exit status of a failure of the shell mode.
-    var exitStatus: ExitStatus {
-        if let failure = self as? SSHFailure { return failure.exitStatus }
-        if let failure = self as? TunnelFailure { return ExitStatus(failure: failure.category) }
-        if let stop = self as? ShellRunner.Stop { return stop.status }
-        return .software
     }
 }
 

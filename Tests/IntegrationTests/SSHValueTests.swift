@@ -33,16 +33,4 @@ struct SSHValueTests {
         #expect(KnownHosts.entryName(host: "ssh.example.com", port: 2222) == "[ssh.example.com]:2222")
         #expect(KnownHosts.defaultPath(environment: ["HOME": "/home/me"]) == "/home/me/.ssh/known_hosts")
     }
-
-    @Test("each failure kind has its documented exit status")
-    func exitStatuses() {
-        let expected: [(SSHFailure.Kind, AccessCore.ExitStatus)] = [
-            (.timedOut, .unavailable), (.connectionLost, .connectionLost), (.authenticationFailed, .accessDenied),
-            (.hostKeyRejected, .accessDenied), (.protocolError, .protocolError), (.localIO, .localIO),
-            (.configuration, .usage),
-        ]
-        for (kind, status) in expected {
-            #expect(SSHFailure(kind, "x").exitStatus == status, "\(kind)")
-        }
-    }
 }
