@@ -18,9 +18,11 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         self.isLoopback = isLoopback
     }
 
+    /// `127.0.0.1` on a port the system picks when the listener binds.
+    public static let loopbackAnyPort = ListenAddress(host: "127.0.0.1", port: 0, isLoopback: true)
+
     /// Whether `host` is an IPv6 address.
     public var isIPv6: Bool { host.unicodeScalars.contains(":") }
-
 
     /// `host:port`, IPv6 in brackets: `127.0.0.1:2222`, `[::1]:2222`.
     public var description: String {

@@ -17,52 +17,59 @@ import Logging
 /// The decisions live in ``SessionStateMachine`` (a value, no I/O); this actor performs its
 /// actions and feeds back what happened.
 public actor AccessTunnel {
-    /// What a session needs besides the hostname and credential.
+    /// What a session needs besides the hostname and credential. Every option has a default and
+    /// can be set in the initialiser; ``validate()`` checks the ranges (``connect(hostname:method:)``
+    /// calls it first).
     public struct Options: Sendable {
         /// Dial another address than the hostname (tests, private edges).
         public var connectTo: ConnectTarget?
-        /// CA certificates to trust instead of the system store.
+        /// A PEM file of CA certificates to trust instead of the system store.
         public var caFile: String?
         /// Extra upgrade headers.
         public var extraHeaders: [HeaderField]
-        /// `Cf-Access-Jump-Destination` (bastion mode).
+        /// `Cf-Access-Jump-Destination` (bastion mode): the `host:port` the edge should reach.
         public var destination: String?
-        /// The local address; port 0 = ephemeral.
+        /// The local address of ``AccessTunnel/connect(hostname:method:)``'s listener; port 0
+        /// asks the system for a free one.
         public var listenAddress: ListenAddress
-        /// Seconds allowed for authenticating and opening the WebSocket.
-        public var connectTimeout: Double
-        /// Retries of retryable failures.
+        /// Time allowed for authenticating with a credential at hand and opening the WebSocket
+        /// (a login in a browser has its own bounds). Between 1 s and 10 min.
+        public var connectTimeout: Duration
+        /// Retries of retryable failures (the network, the edge).
         public var retry: RetryPolicy
-        /// Listener limits.
+        /// Limits of the local listener.
         public var limits: ListenerLimits
-        /// Seconds between WebSocket pings on an idle tunnel (0 = none).
-        public var keepaliveInterval: Int
-        /// `--resolve HOST:PORT:ADDR` overrides for the WebSocket dial.
+        /// Silence after which an idle tunnel is pinged (`.zero`: never). At most 24 h; whole
+        /// seconds (a fraction counts as a second more).
+        public var keepaliveInterval: Duration
+        /// `HOST:PORT:ADDR` overrides for the WebSocket dial, like curl's `--resolve`.
         public var resolveOverrides: [ResolveOverride]
         /// An HTTP proxy for the WebSocket dial (see ``ProxySettings/fromEnvironment(_:host:port:)``).
         public var proxy: ProxySettings?
-        /// Seconds a tunnel keeps delivering the edge's bytes after the local side finished
-        /// sending (half-close), unless the edge closes first; 0 closes at once. Default 5.
-        public var halfCloseLinger: Double = 5
+        /// How long a tunnel keeps delivering the edge's bytes after the local side finished
+        /// sending (half-close), unless the edge closes first; `.zero` closes at once. At most 1 h.
+        public var halfCloseLinger: Duration
 
-        /// The library's defaults: 127.0.0.1:0, 15 s, retries after 1/5/15 s, one connection,
-        /// keepalive every 30 s.
+        /// The library's defaults: 127.0.0.1 on a free port, 15 s to connect, retries after
+        /// 1/5/15 s, one connection, keepalive every 30 s, a 5 s half-close linger.
         public init(connectTo: ConnectTarget? = nil, caFile: String? = nil, extraHeaders: [HeaderField] = [],
-                    destination: String? = nil, listenAddress: ListenAddress? = nil, connectTimeout: Double = 15,
-                    retry: RetryPolicy = .standard, limits: ListenerLimits = .singleConnection,
-                    keepaliveInterval: Int = 30, resolveOverrides: [ResolveOverride] = [],
-                    proxy: ProxySettings? = nil) {
-            self.resolveOverrides = resolveOverrides
-            self.proxy = proxy
+                    destination: String? = nil, listenAddress: ListenAddress = .loopbackAnyPort,
+                    connectTimeout: Duration = .seconds(15), retry: RetryPolicy = .standard,
+                    limits: ListenerLimits = .singleConnection, keepaliveInterval: Duration = .seconds(30),
+                    resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil,
+                    halfCloseLinger: Duration = .seconds(5)) {
             self.connectTo = connectTo
             self.caFile = caFile
             self.extraHeaders = extraHeaders
             self.destination = destination
-            self.listenAddress = listenAddress ?? (try! ListenAddress.parse("127.0.0.1:0", allowNonLoopback: false))
+            self.listenAddress = listenAddress
             self.connectTimeout = connectTimeout
             self.retry = retry
             self.limits = limits
             self.keepaliveInterval = keepaliveInterval
+            self.resolveOverrides = resolveOverrides
+            self.proxy = proxy
+            self.halfCloseLinger = halfCloseLinger
         }
     }
 
@@ -223,12 +230,12 @@ public actor AccessTunnel {
                 dial(credential)
             case .openLocal:
                 openLocal()
-            case .scheduleRetry(let seconds, let attempt):
-                logger.info("retrying in \(seconds) s (attempt \(attempt))")
+            case .scheduleRetry(let delay, let attempt):
+                logger.info("retrying in \(delay) (attempt \(attempt))")
                 let generation = self.generation
                 let clock = self.clock
                 work.append(Task {
-                    guard await clock.sleep(seconds: seconds) else { return }
+                    guard await clock.sleep(for: delay) else { return }
                     await self.feed(.retryDue, generation: generation)
                 })
             case .tearDown:
@@ -241,11 +248,11 @@ public actor AccessTunnel {
         deadline?.cancel()
         let generation = self.generation
         let clock = self.clock
-        let seconds = options.connectTimeout
+        let timeout = options.connectTimeout
         let host = origin?.host ?? "the edge"
         deadline = Task {
-            guard await clock.sleep(seconds: seconds) else { return }
-            await self.feed(.deadlinePassed(.timedOut(host: host, seconds: Int(seconds.rounded(.up)))), generation: generation)
+            guard await clock.sleep(for: timeout) else { return }
+            await self.feed(.deadlinePassed(.timedOut(host: host, seconds: timeout.wholeSecondsRoundedUp)), generation: generation)
         }
     }
 
@@ -305,10 +312,10 @@ public actor AccessTunnel {
         let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
         return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
                                     credential: kind,
-                                    handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
-                                    keepaliveSeconds: options.keepaliveInterval,
+                                    handshakeTimeoutSeconds: max(1, options.connectTimeout.wholeSecondsRoundedUp),
+                                    keepaliveSeconds: options.keepaliveInterval.wholeSecondsRoundedUp,
                                     resolveOverrides: options.resolveOverrides, proxy: options.proxy)
-            .withHalfCloseLinger(options.halfCloseLinger)
+            .withHalfCloseLinger(options.halfCloseLinger.secondsValue)
     }
 
     /// The upgrade request for `origin` with the session's options and one credential.

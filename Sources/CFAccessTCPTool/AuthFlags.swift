@@ -58,7 +58,7 @@ struct LoginFlags: ParsableArguments {
         return AccessLoginConfiguration(tokenDirectory: directory, caFile: caFile, resolve: overrides,
                                         connectTo: connectTo, transferBaseURL: transferURL, noBrowser: noBrowser,
                                         fedRAMP: fedRAMP, maximumPolls: transferPolls,
-                                        pollIntervalSeconds: transferPollInterval)
+                                        pollInterval: .seconds(transferPollInterval))
     }
 }
 

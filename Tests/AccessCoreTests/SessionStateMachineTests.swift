@@ -104,7 +104,7 @@ struct SessionStateMachineTests {
                 == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
         #expect(m.handle(.authenticated) == [.startDeadline, .publish(.connecting), .dial(.oauth)])
         #expect(m.handle(.dialFailed(refused)) == [.cancelDeadline, .tearDown, .publish(.reconnecting(attempt: 2)),
-                                                    .scheduleRetry(afterSeconds: 1, attempt: 2)])
+                                                    .scheduleRetry(after: .seconds(1), attempt: 2)])
         #expect(m.handle(.retryDue) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
         // A deadline from an earlier phase, delivered late, cannot fail a login in progress.
         #expect(m.handle(.deadlinePassed(TunnelFailure.timedOut(host: "h", seconds: 15))) == [])
@@ -117,7 +117,7 @@ struct SessionStateMachineTests {
         _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
         _ = m.handle(.authenticated)
         #expect(m.handle(.dialFailed(refused)) == [.cancelDeadline, .tearDown, .publish(.reconnecting(attempt: 2)),
-                                                    .scheduleRetry(afterSeconds: 1, attempt: 2)])
+                                                    .scheduleRetry(after: .seconds(1), attempt: 2)])
         #expect(m.handle(.retryDue) == [.startDeadline, .publish(.authenticating), .authenticate(.serviceToken, refresh: false)])
         _ = m.handle(.authenticated)
         _ = m.handle(.dialSucceeded)
@@ -129,7 +129,7 @@ struct SessionStateMachineTests {
     func retryExhaustion() throws {
         var m = Machine()
         _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
-        var delays: [Double] = []
+        var delays: [Duration] = []
         for _ in 0..<4 {
             _ = m.handle(.authenticated)
             for action in m.handle(.dialFailed(refused)) {
@@ -137,7 +137,7 @@ struct SessionStateMachineTests {
             }
             _ = m.handle(.retryDue)
         }
-        #expect(delays == [1, 5, 15])
+        #expect(delays == [.seconds(1), .seconds(5), .seconds(15)])
         #expect(m.state == .failed(refused))
     }
 
@@ -201,17 +201,19 @@ struct SessionStateMachineTests {
         #expect(published(m.handle(.localFailed(inUse))) == [.failed(inUse)])
     }
 
-    @Test("retry policy delays", arguments: [
-        (RetryPolicy.standard, [2: 1.0, 3: 5.0, 4: 15.0]),
-        (RetryPolicy(maxAttempts: 6, delays: [2]), [2: 2.0, 3: 2.0, 6: 2.0]),
-        (RetryPolicy(maxAttempts: 2, delays: []), [2: 0.0]),
-    ])
-    func retryDelays(policy: RetryPolicy, expected: [Int: Double]) {
+    static let delayCases: [(RetryPolicy, [Int: Duration])] = [
+        (RetryPolicy.standard, [2: .seconds(1), 3: .seconds(5), 4: .seconds(15)]),
+        (RetryPolicy(maxAttempts: 6, delays: [.seconds(2)]), [2: .seconds(2), 3: .seconds(2), 6: .seconds(2)]),
+        (RetryPolicy(maxAttempts: 2, delays: []), [2: Duration.zero]),
+    ]
+
+    @Test("retry policy delays", arguments: delayCases)
+    func retryDelays(policy: RetryPolicy, expected: [Int: Duration]) {
         for (attempt, delay) in expected { #expect(policy.delay(beforeAttempt: attempt) == delay) }
         #expect(policy.delay(beforeAttempt: 1) == nil)
         #expect(policy.delay(beforeAttempt: policy.maxAttempts + 1) == nil)
-        #expect(RetryPolicy(maxAttempts: 0, delays: [-1]).maxAttempts == 1)
-        #expect(RetryPolicy(maxAttempts: 3, delays: [-1]).delays == [0])
+        #expect(RetryPolicy(maxAttempts: 0, delays: [.seconds(-1)]).maxAttempts == 1)
+        #expect(RetryPolicy(maxAttempts: 3, delays: [.seconds(-1)]).delays == [.zero])
         #expect(RetryPolicy.never.delay(beforeAttempt: 2) == nil)
     }
 

@@ -56,3 +56,17 @@ struct TunnelEndTests {
     }
 }
 
+
+/// The conversions the carrier's second-granular settings use.
+@Suite("durations in seconds")
+struct DurationSecondsTests {
+    @Test("whole seconds round a fraction up and never go below zero; seconds keep the fraction")
+    func conversions() {
+        #expect(Duration.seconds(30).wholeSecondsRoundedUp == 30)
+        #expect(Duration.milliseconds(1500).wholeSecondsRoundedUp == 2)
+        #expect(Duration.zero.wholeSecondsRoundedUp == 0)
+        #expect(Duration.seconds(-3).wholeSecondsRoundedUp == 0)
+        #expect(Duration.milliseconds(2500).secondsValue == 2.5)
+        #expect(Duration.zero.secondsValue == 0)
+    }
+}

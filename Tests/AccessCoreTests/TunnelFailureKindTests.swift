@@ -35,7 +35,7 @@ struct TunnelFailureKindTests {
         (.keySetUnavailable(authDomain: "t.cloudflareaccess.com", reason: "HTTP 500"), .keySetUnavailable),
         (.loginRequired(host: host), .loginRequired),
         (.loginFailed(host: host, reason: "no token"), .loginFailed),
-        (.loginTimedOut(host: host, seconds: 300), .loginTimedOut),
+        (.loginTimedOut(host: host, after: .seconds(300)), .loginTimedOut),
         (.transferServiceFailed(status: 503, detail: ""), .transferServiceFailed),
         (.loginLockTimedOut(path: "/tmp/lock"), .loginLockTimedOut),
         (.tokenCache(path: "/tmp/tokens", reason: "Permission denied"), .tokenCache),

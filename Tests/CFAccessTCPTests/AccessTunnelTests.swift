@@ -14,7 +14,7 @@ let rejected = TunnelFailure.accessRejected(host: "ssh.example.com", credential:
 let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
 private func makeTunnel(_ transport: ScriptedTransport, clock: ManualClock, retry: RetryPolicy = .standard) -> AccessTunnel {
-    AccessTunnel(options: .init(connectTimeout: 15, retry: retry), logger: quiet, transport: transport, clock: clock)
+    AccessTunnel(options: .init(connectTimeout: .seconds(15), retry: retry), logger: quiet, transport: transport, clock: clock)
 }
 
 // MARK: Sequences

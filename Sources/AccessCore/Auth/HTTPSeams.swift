@@ -157,6 +157,6 @@ public protocol BrowserOpener: Sendable {
 public protocol WallClock: Sendable {
     /// The current time.
     func now() -> Date
-    /// Sleeps `seconds`; returns false if the task was cancelled.
-    func sleep(seconds: Double) async -> Bool
+    /// Sleeps for `duration`; returns false (at once) if the task was cancelled.
+    func sleep(for duration: Duration) async -> Bool
 }

@@ -31,10 +31,6 @@ public enum LoginLockRules {
     public static let maximumAge: TimeInterval = 10 * 60
     /// The holder's start time may differ by this much (clock granularity).
     public static let startTimeToleranceMilliseconds: Int64 = 1000
-    /// How long to wait between checks of a held lock.
-    public static let pollInterval: TimeInterval = 2
-    /// How long to wait for a held lock in total.
-    public static let maximumWait: TimeInterval = 10 * 60
 
     /// The verdict on a lock file.
     public enum Verdict: Sendable, Equatable {

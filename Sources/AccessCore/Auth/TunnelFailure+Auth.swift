@@ -45,9 +45,10 @@ extension TunnelFailure {
                       detail: "\(host): \(reason)", kind: .loginFailed)
     }
 
-    /// Nobody completed the login in time.
-    public static func loginTimedOut(host: String, seconds: Int) -> TunnelFailure {
-        TunnelFailure(category: .authentication, isRetryable: true,
+    /// Nobody completed the login within `waited`.
+    public static func loginTimedOut(host: String, after waited: Duration) -> TunnelFailure {
+        let seconds = Int(waited.components.seconds)
+        return TunnelFailure(category: .authentication, isRetryable: true,
                       message: "Login to \(host) was not completed within \(seconds / 60 > 0 ? "\(seconds / 60) min" : "\(seconds) s"): "
                           + "open the login URL and finish the login, then try again",
                       detail: "no login to \(host) within \(seconds) s", kind: .loginTimedOut)

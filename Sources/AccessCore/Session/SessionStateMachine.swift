@@ -70,7 +70,7 @@ package struct SessionStateMachine: Sendable, Equatable {
         /// Stop the connect deadline.
         case cancelDeadline
         /// Wait, then deliver `.retryDue`.
-        case scheduleRetry(afterSeconds: Double, attempt: Int)
+        case scheduleRetry(after: Duration, attempt: Int)
         /// Close the listener, every bridged connection and anything in flight.
         case tearDown
         /// Publish this state to subscribers.
@@ -180,7 +180,7 @@ package struct SessionStateMachine: Sendable, Equatable {
         if failure.isRetryable, let delay = plan.retry.delay(beforeAttempt: attempt + 1) {
             attempt += 1
             return [.cancelDeadline, .tearDown] + move(to: .reconnecting(attempt: attempt))
-                + [.scheduleRetry(afterSeconds: delay, attempt: attempt)]
+                + [.scheduleRetry(after: delay, attempt: attempt)]
         }
         return [.cancelDeadline, .tearDown] + move(to: .failed(failure))
     }

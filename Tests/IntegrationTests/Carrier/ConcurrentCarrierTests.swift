@@ -25,7 +25,7 @@ struct ConcurrentCarrierTests {
         // the tunnels under test need (two threads on a 2-core machine).
         let edge = try await offPool { try HostileEdge(mode: "pong-echo", extra: ["--hold-handshake", gate.path]) }
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: try certs().caFile.path, connectTimeout: 60, retry: .never)
+                                           caFile: try certs().caFile.path, connectTimeout: .seconds(60), retry: .never)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
         let first = AccessTunnel(options: options, logger: quiet)
