@@ -132,7 +132,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     /// The failure for each kind of refused upgrade. `.accessLoginRequired` is
     /// `accessRejected(host:credential: .none, loginURL:)`; callers that know which
     /// credential they offered call `accessRejected` themselves.
-    public static func refused(host: String, refusal: UpgradeRefusal) -> TunnelFailure {
+    package static func refused(host: String, refusal: UpgradeRefusal) -> TunnelFailure {
         let host = Display.oneLine(host)
         switch refusal {
         case .accessLoginRequired(let loginURL):

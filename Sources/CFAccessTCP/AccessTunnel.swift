@@ -100,13 +100,23 @@ public actor AccessTunnel {
 
     /// Creates a session in `.idle`.
     /// - Parameters:
-    ///   - transport: the I/O (default: libwebsockets); tests pass scripted doubles.
+    ///   - options: everything but the hostname and the credential.
+    ///   - logger: where the session logs (a failed connection of the listener at warning level;
+    ///     no secret at any level).
     ///   - clock: waits for retries and the connect deadline (default: real time).
     public init(options: Options = Options(), logger: Logger = Logger(label: "cf-access-tcp"),
-                transport: (any TunnelTransport)? = nil, clock: any WallClock = SystemWallClock()) {
+                clock: any WallClock = SystemWallClock()) {
+        self.init(options: options, logger: logger,
+                  transport: LiveTunnelTransport(logger: logger) { message in logger.warning("\(message)") }, clock: clock)
+    }
+
+    /// A session on another transport: the tool's (which reports failed connections on
+    /// stderr), or a test's scripted double.
+    package init(options: Options = Options(), logger: Logger, transport: any TunnelTransport,
+                 clock: any WallClock = SystemWallClock()) {
         self.options = options
         self.logger = logger
-        self.transport = transport ?? LiveTunnelTransport(logger: logger)
+        self.transport = transport
         self.clock = clock
         self.states = StateBroadcaster(initial: .idle)
     }

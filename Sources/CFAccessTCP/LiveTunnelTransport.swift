@@ -4,17 +4,17 @@ import Foundation
 import Logging
 
 /// The libwebsockets transport.
-public struct LiveTunnelTransport: TunnelTransport {
+package struct LiveTunnelTransport: TunnelTransport {
     let logger: Logger
     let report: @Sendable (String) -> Void
 
     /// - Parameter report: receives the plain message of each failed bridged connection.
-    public init(logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
+    package init(logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
         self.logger = logger
         self.report = report
     }
 
-    public func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
+    package func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
         do {
             let (stream, serving) = try await openStream(configuration)
             stream.close()
@@ -25,7 +25,7 @@ public struct LiveTunnelTransport: TunnelTransport {
         }
     }
 
-    public func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+    package func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
                       limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
         let active = ActiveConnections()
         // A listener that stops after its first connection ends with that connection.
@@ -125,7 +125,7 @@ public struct LiveTunnelTransport: TunnelTransport {
         active.attach(fd: fd, id: id)
     }
 
-    public func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
+    package func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
         let pair = try FileDescriptors.socketPair()
         let outcome = OneShot<TunnelFailure?>()
         let end = OneShot<TunnelEnd>()

@@ -59,7 +59,7 @@ public final class TunnelStream: @unchecked Sendable {
 }
 
 /// A running local side of a session.
-public protocol ServingTunnel: Sendable {
+package protocol ServingTunnel: Sendable {
     /// The local port (0 for a port-less stream).
     var port: UInt16 { get }
     /// Closes the listener and every bridged connection before returning.
@@ -72,13 +72,13 @@ public protocol ServingTunnel: Sendable {
 
 extension ServingTunnel {
     /// Never ends by itself.
-    public func ended() async -> TunnelEnd? { nil }
+    package func ended() async -> TunnelEnd? { nil }
 }
 
 /// Gives each connection a listener bridges its own upgrade request, so that an app token that
 /// expires or is revoked while the listener runs is replaced for the next connection, and a
 /// connection Access refuses is dialled once more with a fresh token.
-public protocol ConnectionAuthorizer: Sendable {
+package protocol ConnectionAuthorizer: Sendable {
     /// The upgrade request for a new connection and the credential it carries. With
     /// `rejected`, Access refused a connection that carried that request: get a fresh credential
     /// (unless another connection already did).
@@ -86,7 +86,7 @@ public protocol ConnectionAuthorizer: Sendable {
 }
 
 /// The effectful parts a session drives; replaced by scripted doubles in tests.
-public protocol TunnelTransport: Sendable {
+package protocol TunnelTransport: Sendable {
     /// Opens one WebSocket with `configuration` to prove the edge accepts it, then closes it.
     func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure?
     /// Listens on `address` and bridges accepted connections within `limits`, each with the

@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP

@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import CFAccessTCP
 import Logging

@@ -10,7 +10,7 @@ extension TunnelFailure {
     }
 
     /// The metadata JWT was refused by a claim check.
-    public static func metadataRejected(host: String, problem: MetadataProblem) -> TunnelFailure {
+    package static func metadataRejected(host: String, problem: MetadataProblem) -> TunnelFailure {
         TunnelFailure(category: .authentication, isRetryable: false,
                       message: "The Access application metadata of \(host) was refused: \(problem); check the hostname and the system clock",
                       detail: "\(problem)", kind: .metadataInvalid)

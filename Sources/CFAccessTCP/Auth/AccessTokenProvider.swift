@@ -50,10 +50,29 @@ public actor AccessTokenProvider {
     /// token that was just refused (issue 12.3).
     var cacheGeneration = 0
 
-    /// A provider; every effect has a real default (nil: libcurl, OpenSSL, libsodium, the token
-    /// directory's files and lock, the system browser) and can be replaced by a test double.
+    /// A provider.
+    /// - Parameters:
+    ///   - configuration: where the flows reach Access and where tokens are kept.
+    ///   - logger: the flows' log lines (never a token, cookie or key).
+    ///   - store: the token cache (nil: cloudflared's files in the configuration's directory).
+    ///   - lock: the cross-process login lock (nil: cloudflared's `<token file>.lock` files).
+    ///   - browser: opens the login URL (nil: `xdg-open`, `BROWSER`).
+    ///   - clock: the waits of the login (default: real time).
+    ///   - presenter: what the user sees of a login (default: stderr).
     public init(configuration: AccessLoginConfiguration, logger: Logger,
-                http: (any HTTPClient)? = nil,
+                store: (any TokenStore)? = nil,
+                lock: (any LoginLock)? = nil,
+                browser: (any BrowserOpener)? = nil,
+                clock: any WallClock = SystemWallClock(),
+                presenter: any LoginPresenter = StderrLoginPresenter()) {
+        self.init(configuration: configuration, logger: logger, http: nil, store: store, lock: lock, browser: browser,
+                  clock: clock, presenter: presenter)
+    }
+
+    /// A provider whose HTTP client and crypto can be replaced too (nil: libcurl, OpenSSL,
+    /// libsodium): the package's tests.
+    package init(configuration: AccessLoginConfiguration, logger: Logger,
+                http: (any HTTPClient)?,
                 verifier: (any SignatureVerifier)? = nil,
                 box: (any BoxOpener)? = nil,
                 store: (any TokenStore)? = nil,
