@@ -95,6 +95,8 @@ extension TunnelFailure {
         public static let localIO = Kind("local-io")
         /// An operation was asked for in a state that does not allow it.
         public static let invalidState = Kind("invalid-state")
+        /// The caller cancelled the operation (its task, or `disconnect()` during a connect).
+        public static let cancelled = Kind("cancelled")
         /// A bug in cf-access-tcp.
         public static let `internal` = Kind("internal")
         /// A failure made without a kind (``TunnelFailure/init(category:isRetryable:message:detail:subject:kind:)``
@@ -108,7 +110,7 @@ extension TunnelFailure {
             .metadataInvalid, .keySetUnavailable, .loginFailed, .loginTimedOut, .loginCancelled, .loginLockTimedOut,
             .transferServiceFailed, .noAccessApplication, .notFound, .unexpectedRedirect, .tokenCache, .configuration,
             .protocolViolation, .unexpectedStatus, .oversizedAnswer, .outOfFileDescriptors, .localIO, .invalidState,
-            .internal, .unspecified,
+            .cancelled, .internal, .unspecified,
         ]
     }
 }

@@ -52,6 +52,9 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         case `internal`
         /// The machine ran out of something we need: file descriptors, memory.
         case localResource
+        /// The caller stopped the operation: its task was cancelled, or the session was
+        /// disconnected while it ran.
+        case cancelled
     }
 
     /// What went wrong; stable, for code to act on.
@@ -279,6 +282,14 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             trusted: .invalidState, isRetryable: false,
             message: "Invalid state: \(what)",
             detail: what, kind: .invalidState)
+    }
+
+    /// The caller stopped `what` (a connect, a read): its task was cancelled or the session
+    /// disconnected. Category `.cancelled`, not retryable.
+    public static func cancelled(_ what: String) -> TunnelFailure {
+        let what = Redaction.scrub(what)
+        return TunnelFailure(trusted: .cancelled, isRetryable: false, message: "Cancelled: \(what)", detail: what,
+                             kind: .cancelled)
     }
 
     /// "302 Found" style text for a status code.

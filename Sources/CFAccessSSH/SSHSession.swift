@@ -63,7 +63,7 @@ public final class SSHSession: @unchecked Sendable {
     /// Creates a session on a tunnel stream; the session owns the stream and closes it in
     /// ``disconnect(description:)``.
     public convenience init(stream: TunnelStream, options: Options = Options()) throws(SSHFailure) {
-        try self.init(fileDescriptor: stream.fileDescriptor, options: options, owning: stream)
+        try self.init(fileDescriptor: stream.fileDescriptor.rawValue, options: options, owning: stream)
     }
 
     private init(fileDescriptor: Int32, options: Options, owning stream: TunnelStream?) throws(SSHFailure) {

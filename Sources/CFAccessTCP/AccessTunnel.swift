@@ -460,6 +460,9 @@ public actor AccessTunnel {
         guard generation == self.generation, end != .shutdown else { return }
         logger.debug("tunnel ended: \(end)")
         lastEnd = end
+        // The stream is the caller's now: what the edge sent before the end is still in it, to
+        // be read (and the end's failure reported by its reads).
+        stream = nil
         await feed(.connectionLost(end.failure(host: host)), generation: generation)
     }
 

@@ -162,7 +162,7 @@ package struct LiveTunnelTransport: TunnelTransport {
             await serving.close()
             throw failure
         }
-        return (TunnelStream(fileDescriptor: pair.caller, end: end), serving)
+        return (TunnelStream(descriptor: pair.caller, host: configuration.request.origin.host, end: end), serving)
     }
 
     static func shutdown(_ loop: CarrierLoop) async {

@@ -22,42 +22,6 @@ public struct ListenerLimits: Sendable, Equatable {
     }
 }
 
-/// A connected socket whose other end is bridged to the WebSocket: a tunnel with no TCP port.
-public final class TunnelStream: @unchecked Sendable {
-    /// The descriptor to read and write (a Unix stream socket). Owned by this object until
-    /// `close()` or `release()`.
-    public let fileDescriptor: Int32
-    private let closed = LockedBox(false)
-    private let end: OneShot<TunnelEnd>
-
-    init(fileDescriptor: Int32, end: OneShot<TunnelEnd> = OneShot()) {
-        self.fileDescriptor = fileDescriptor
-        self.end = end
-    }
-
-    /// Why the tunnel ended: returns once its WebSocket and the bridge's side of the socket are
-    /// closed (a Close handshake by either side, a reset, a protocol violation, a keepalive
-    /// timeout, …). See ``TunnelEnd/isClean``.
-    public var ended: TunnelEnd {
-        get async { await end.value }
-    }
-
-    /// The reason, if the tunnel has ended already.
-    public var endedReason: TunnelEnd? { end.current }
-
-    /// Closes the descriptor (the tunnel then closes with a WebSocket Close frame). Idempotent.
-    public func close() {
-        let first = closed.withLock { c -> Bool in defer { c = true }; return !c }
-        if first { FileDescriptors.close(fileDescriptor) }
-    }
-
-    /// Gives up ownership: the caller closes the descriptor.
-    public func release() -> Int32 {
-        closed.withLock { $0 = true }
-        return fileDescriptor
-    }
-}
-
 /// A running local side of a session.
 package protocol ServingTunnel: Sendable {
     /// The local port (0 for a port-less stream).

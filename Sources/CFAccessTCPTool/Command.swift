@@ -131,7 +131,7 @@ struct TCPCommand: AsyncParsableCommand {
         }
         let finished = OneShot<Void>()
         let outcome = LockedBox(StdioBridge.Outcome.ended)
-        StdioBridge.pump(socket: stream.release()) { result in
+        StdioBridge.pump(socket: stream.releaseFileDescriptor().rawValue) { result in
             outcome.withLock { $0 = result }
             finished.signal()
         }

@@ -45,6 +45,7 @@ enum ExitStatus: Int32, Sendable, CaseIterable {
         case .protocolViolation: self = .protocolError
         case .internal, .invalidState: self = .software
         case .localResource: self = .localIO
+        case .cancelled: self = .interrupted
         }
     }
 

@@ -84,7 +84,7 @@ struct LibraryIntegrationTests {
         let session = try #require(CCFSSH2_session_init())
         defer { libssh2_session_free(session) }
         libssh2_session_set_blocking(session, 1)
-        #expect(libssh2_session_handshake(session, stream.fileDescriptor) == 0)
+        #expect(libssh2_session_handshake(session, stream.fileDescriptor.rawValue) == 0)
 
         // The host key libssh2 saw is sshd's.
         let hash = try #require(libssh2_hostkey_hash(session, LIBSSH2_HOSTKEY_HASH_SHA256))

@@ -49,7 +49,7 @@ struct ConcurrentCarrierTests {
             }
             // Bytes go both ways through the tunnel.
             let message = Array("through the \(name) tunnel\n".utf8)
-            let fd = stream.fileDescriptor
+            let fd = stream.fileDescriptor.rawValue
             let back = try await offPool { () -> [UInt8] in
                 guard write(fd, message, message.count) == message.count else { return [] }
                 var back = [UInt8](repeating: 0, count: message.count)
