@@ -95,6 +95,13 @@ public actor AccessTunnel {
     /// Discovery found no Access application in front of the origin: dials go without a credential.
     private var noAccessApplication = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
+    /// The OAuth flow's work while it runs (a login may be waiting on a person): cancelled and
+    /// awaited by a teardown, so that `disconnect()` returns with the login over.
+    private var loginWork: (generation: Int, task: Task<Void, Never>)?
+    /// Why a connect in progress was stopped (`disconnect()` or the caller's cancellation).
+    private var stopped: TunnelFailure?
+    /// Counts `connect`/`openStream` calls (retries within one call do not count).
+    private var connectCalls = 0
     /// Why the last connected tunnel ended by itself (nil while it runs or after `disconnect`).
     public private(set) var lastEnd: TunnelEnd?
 
@@ -129,8 +136,14 @@ public actor AccessTunnel {
     public nonisolated var currentState: ConnectionState { states.current }
 
     /// Authenticates, proves the edge accepts the credential, binds the local listener and
-    /// returns its port. Throws ``TunnelFailure`` (category `.invalidState` if a session is
-    /// already in progress or up; the state then does not change).
+    /// returns its port.
+    ///
+    /// Cancelling the calling task stops the connect (the dial, a login in progress with its
+    /// polls and lock) and throws kind `.loginCancelled` during a login, `.cancelled` otherwise;
+    /// the session is then `.disconnected`. ``disconnect()`` from another task does the same.
+    ///
+    /// - Throws: ``TunnelFailure`` (category `.invalidState` if a session is already in progress
+    ///   or up; the state then does not change).
     public func connect(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> UInt16 {
         try await start(hostname: hostname, method: method, mode: .listener)
         guard case .connected(let port) = machine.state, let _ = serving else {
@@ -139,9 +152,11 @@ public actor AccessTunnel {
         return port
     }
 
-    /// Opens the tunnel as a connected socket with no TCP port at all (for libssh2-style
-    /// consumers). The session is `.connected(localPort: 0)` until `disconnect()` or the
-    /// stream closes.
+    /// Opens the tunnel as a byte stream with no TCP port at all: async reads and writes for
+    /// Swift, or the descriptor for libssh2 and SwiftNIO (``TunnelStream``). The session is
+    /// `.connected(localPort: 0)` until `disconnect()` or the tunnel ends.
+    ///
+    /// Cancellation and `disconnect()` stop it as they stop ``connect(hostname:method:)``.
     public func openStream(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> TunnelStream {
         try await start(hostname: hostname, method: method, mode: .stream)
         guard case .connected = machine.state, let stream else { throw failureOfCurrentState() }
@@ -149,10 +164,37 @@ public actor AccessTunnel {
     }
 
     /// Closes the listener and every bridged connection (each WebSocket with a Close frame) and
-    /// returns once they are closed and the port is free. Idempotent.
+    /// returns once they are closed and the port is free. A connect in progress stops: a login
+    /// ends (its polls stop, its login lock is released before this returns) and the connect
+    /// throws kind `.loginCancelled`, or `.cancelled` during a dial. Idempotent.
     public func disconnect() async {
+        noteStop()
+        let login = loginWork?.task
         await perform(machine.handle(.disconnectRequested))
+        if let login {
+            // The teardown cancelled it: it unwinds (its poll aborted, its lock released) before
+            // disconnect returns; bounded, in case an app's flow ignores cancellation.
+            let done = OneShot<Void>()
+            Task { await login.value; done.signal() }
+            if await done.value(within: 10) == nil {
+                logger.warning("the OAuth flow did not stop within 10 s of its cancellation")
+            }
+        }
         wakeWaiters()
+    }
+
+    /// The caller's task was cancelled while connect or openStream call number `call` ran.
+    private func cancelConnect(call: Int) async {
+        guard call == connectCalls, !machine.state.isTerminal, !isConnected else { return }
+        logger.debug("connect cancelled by its task")
+        await disconnect()
+    }
+
+    /// Notes why a connect in progress stops: a login was running, or a dial.
+    private func noteStop() {
+        guard !machine.state.isTerminal, !isConnected, let origin else { return }
+        let loginRunning = machine.state == .authenticating && loginWork?.generation == generation
+        stopped = loginRunning ? .loginCancelled(host: origin.host) : .cancelled("connecting to \(origin.host)")
     }
 
     // MARK: Driving the machine
@@ -184,11 +226,18 @@ public actor AccessTunnel {
         self.noAccessApplication = false
         self.stream = nil
         self.lastEnd = nil
+        self.stopped = nil
         generation += 1
-        await perform(actions)
-        // Wait until the machine settles: connected, failed or disconnected.
-        while !(machine.state.isTerminal || isConnected) {
-            await withCheckedContinuation { waiters.append($0) }
+        connectCalls += 1
+        let call = connectCalls
+        await withTaskCancellationHandler {
+            await perform(actions)
+            // Wait until the machine settles: connected, failed or disconnected.
+            while !(machine.state.isTerminal || isConnected) {
+                await withCheckedContinuation { waiters.append($0) }
+            }
+        } onCancel: {
+            Task { await self.cancelConnect(call: call) }
         }
     }
 
@@ -200,7 +249,7 @@ public actor AccessTunnel {
     private func failureOfCurrentState() -> TunnelFailure {
         switch machine.state {
         case .failed(let failure): return failure
-        case .disconnected: return TunnelFailure.invalidState("the tunnel was disconnected while connecting")
+        case .disconnected: return stopped ?? TunnelFailure.cancelled("the connect was stopped by disconnect()")
         default: return TunnelFailure.internalError("the tunnel ended in state \(machine.state)")
         }
     }
@@ -279,7 +328,7 @@ public actor AccessTunnel {
             return
         }
         guard let origin else { return }
-        work.append(Task {
+        let task = Task {
             do throws(TunnelFailure) {
                 let token = try await flow.appToken(for: origin, refresh: refresh)
                 await self.tokenArrived(token, generation: generation)
@@ -292,7 +341,9 @@ public actor AccessTunnel {
             } catch {
                 await self.feed(.authenticationFailed(error), generation: generation)
             }
-        })
+        }
+        loginWork = (generation, task)
+        work.append(task)
     }
 
     /// Where OAuth tokens come from: the method's flow, or the fixed token.
@@ -469,9 +520,10 @@ public actor AccessTunnel {
     private func tearDown() async {
         deadline?.cancel()
         deadline = nil
+        generation += 1
         work.forEach { $0.cancel() }
         work.removeAll()
-        generation += 1
+        loginWork = nil
         if let (stream, serving) = pendingStream {
             pendingStream = nil
             stream.close()

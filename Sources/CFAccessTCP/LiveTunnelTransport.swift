@@ -154,7 +154,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         let failure = await withTaskCancellationHandler {
             await outcome.value
         } onCancel: {
-            outcome.fulfil(TunnelFailure.invalidState("cancelled"))
+            outcome.fulfil(TunnelFailure.cancelled("opening the WebSocket to \(configuration.request.origin.host)"))
         }
         let serving = LiveServing(port: 0, listener: nil, loop: loop, end: end)
         if let failure {

@@ -10,6 +10,8 @@ extension AccessTokenProvider {
         do {
             return .success(try await obtainThrowing(origin: origin, interactive: interactive))
         } catch {
+            // Whatever step the cancellation interrupted (a poll, the lock wait, a request).
+            if Task.isCancelled, interactive { return .failure(.loginCancelled(host: origin.host)) }
             return .failure(error)
         }
     }
@@ -30,6 +32,8 @@ extension AccessTokenProvider {
         defer { handle.release() }
         if let token = cachedToken(appName, audience: app.appAUD) { return token }
         if let token = await exchangeOrgToken(origin: origin, app: app, appName: appName) { return token }
+        // Cancelled meanwhile: no browser, no URL file.
+        if Task.isCancelled { throw .loginCancelled(host: origin.host) }
         return try await transfer(origin: origin, app: app, appName: appName)
     }
 

@@ -36,15 +36,8 @@ public actor AccessTokenProvider {
     var appInfos: [String: AppInfo] = [:]
     /// When this process last fetched each auth domain's key set.
     var keySetFetches: [String: Date] = [:]
-    var current: InFlight?
-    /// The lookup or login in flight: what it is for, its number, and the cache generation it
-    /// started in.
-    struct InFlight {
-        let key: String
-        let id: Int
-        let generation: Int
-        let task: Task<Result<String, TunnelFailure>, Never>
-    }
+    /// The lookup or login in flight (one at a time).
+    var current: SharedLogin?
     var nextInFlightID = 0
     /// Counts `invalidate` calls: a lookup that started before the last one may have read the
     /// token that was just refused (issue 12.3).
@@ -97,6 +90,10 @@ public actor AccessTokenProvider {
 
     /// An application token for `origin`: cached, or from the org-token exchange, or — when
     /// `interactive` — from a browser/device login. Concurrent calls share one login.
+    ///
+    /// Cancelling the calling task ends the wait at once (kind `.loginCancelled`); when no other
+    /// caller waits for the same login, the login stops too: no more polls, the login lock is
+    /// released.
     public func appToken(for origin: OriginURL, interactive: Bool) async throws(TunnelFailure) -> String {
         try await appToken(for: origin, interactive: interactive, startedSince: 0)
     }
@@ -106,22 +103,33 @@ public actor AccessTokenProvider {
     /// may have read the token it is replacing.
     func appToken(for origin: OriginURL, interactive: Bool, startedSince minimumGeneration: Int) async throws(TunnelFailure) -> String {
         let key = origin.httpsURL + (interactive ? " interactive" : "")
+        let cancelled = TunnelFailure.loginCancelled(host: origin.host)
         while true {
             if let running = current {
-                let result = await running.task.value
-                if running.key == key && running.generation >= minimumGeneration { return try result.get() }
-                // Someone else's, or too old: once it is done, start our own.
+                if running.key == key && running.generation >= minimumGeneration && !running.isAbandoned {
+                    return try await running.wait(sharing: true, cancelled: cancelled).get()
+                }
+                // Someone else's, too old, or given up: once it is done, start our own.
+                _ = await running.wait(sharing: false, cancelled: cancelled)
+                if Task.isCancelled { throw cancelled }
                 if current?.id == running.id { current = nil }
                 continue
             }
             nextInFlightID += 1
-            let id = nextInFlightID
-            let task = Task { await self.obtain(origin: origin, interactive: interactive) }
-            current = InFlight(key: key, id: id, generation: cacheGeneration, task: task)
-            let result = await task.value
-            if self.current?.id == id { self.current = nil }
-            return try result.get()
+            let flight = SharedLogin(key: key, id: nextInFlightID, generation: cacheGeneration)
+            current = flight
+            flight.start {
+                let result = await self.obtain(origin: origin, interactive: interactive)
+                await self.ended(flight)
+                return result
+            }
+            return try await flight.wait(sharing: true, cancelled: cancelled).get()
         }
+    }
+
+    /// Forgets `flight` once its work is done.
+    private func ended(_ flight: SharedLogin) {
+        if current?.id == flight.id { current = nil }
     }
 
     /// Deletes the cached app token of `origin` (after the edge redirected a request that
