@@ -20,6 +20,10 @@ Modes (every connection of the process gets the same mode):
   echo-close      echoes binary frames; answers a Close; after the client's Close waits for
                   the TLS close_notify and logs `tls-close-notify` (or `tls-eof-without-close-notify`)
 
+A request that is not a WebSocket upgrade (no Sec-WebSocket-Key: a HEAD, a plain GET) gets no
+answer but a TCP reset, and the line `not-an-upgrade METHOD`: an origin whose HTTP requests fail
+while its WebSocket works.
+
 --hold-handshake FILE (any mode): each connection logs `client-hello N` once the client's TLS
 ClientHello has arrived, then holds the TLS handshake (no ServerHello) until FILE exists. A test
 uses it to do something while a client's handshake is half done.
@@ -67,12 +71,13 @@ def read_request(conn):
         if len(data) > 256 * 1024:
             return None
     head, _, rest = data.partition(b"\r\n\r\n")
+    method = head.split(b" ", 1)[0].decode("ascii", "replace")
     key = None
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"sec-websocket-key":
             key = value.strip()
-    return key, rest
+    return method, key, rest
 
 
 def response(key):
@@ -178,7 +183,12 @@ def serve(conn, args, index):
     got = read_request(conn)
     if got is None:
         return
-    key, pending = got
+    method, key, pending = got
+    if key is None:
+        log("not-an-upgrade %s" % method)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        socket.socket(fileno=conn.detach()).close()
+        return
     hello = response(key)
     payload = args.payload.encode()
     frames = ClientFrames(conn, pending)

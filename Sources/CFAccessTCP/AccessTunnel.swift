@@ -92,8 +92,6 @@ public actor AccessTunnel {
     private var work: [Task<Void, Never>] = []
     private var deadline: Task<Void, Never>?
     private var generation = 0
-    /// Discovery found no Access application in front of the origin: dials go without a credential.
-    private var noAccessApplication = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
     /// The OAuth flow's work while it runs (a login may be waiting on a person): cancelled and
     /// awaited by a teardown, so that `disconnect()` returns with the login over.
@@ -223,7 +221,6 @@ public actor AccessTunnel {
         self.method = method
         self.mode = mode
         self.appToken = nil
-        self.noAccessApplication = false
         self.stream = nil
         self.lastEnd = nil
         self.stopped = nil
@@ -256,12 +253,6 @@ public actor AccessTunnel {
 
     private func feed(_ event: SessionStateMachine.Event, generation: Int) async {
         guard generation == self.generation else { return }   // from an attempt that no longer matters
-        var event = event
-        if case .dialFailed(let failure) = event, noAccessApplication, failure.category == .authentication, let origin {
-            // Discovery found no Access application, yet the edge asks for an Access login: as
-            // cloudflared reports it, the application is missing (a wrong hostname, mostly).
-            event = .dialFailed(.noAccessApplication(url: origin.httpsURL))
-        }
         await perform(machine.handle(event))
         wakeWaiters()
     }
@@ -317,6 +308,17 @@ public actor AccessTunnel {
 
     private func authenticate(_ credential: SessionStateMachine.Credential, refresh: Bool) {
         let generation = self.generation
+        if credential == .stored {
+            // The first dial of an OAuth session goes out with what the flow has stored, or with
+            // nothing: only the Access login redirect starts discovery and a login (issue 17.7).
+            let flow = oauthFlow
+            guard let origin else { return }
+            work.append(Task {
+                let token = await flow?.storedAppToken(for: origin)
+                await self.storedTokenLookedUp(token, generation: generation)
+            })
+            return
+        }
         guard credential == .oauth else {
             work.append(Task { await self.feed(.authenticated, generation: generation) })
             return
@@ -332,12 +334,6 @@ public actor AccessTunnel {
             do throws(TunnelFailure) {
                 let token = try await flow.appToken(for: origin, refresh: refresh)
                 await self.tokenArrived(token, generation: generation)
-            } catch where error == .noAccessApplication(url: origin.httpsURL) {
-                // No Access application in front of the origin (a tunnel without a policy, a
-                // plain WebSocket server): dial without a credential, as cloudflared does. An
-                // Access login redirect on that dial still ends as an authentication failure.
-                self.logger.debug("no Access application at \(origin.httpsURL); connecting without a credential")
-                await self.noAccessApplicationFound(generation: generation)
             } catch {
                 await self.feed(.authenticationFailed(error), generation: generation)
             }
@@ -352,10 +348,11 @@ public actor AccessTunnel {
         return method.flow
     }
 
-    private func noAccessApplicationFound(generation: Int) async {
+    private func storedTokenLookedUp(_ token: String?, generation: Int) async {
         guard generation == self.generation else { return }
-        noAccessApplication = true
-        await tokenArrived(nil, generation: generation)
+        appToken = token
+        logger.debug(token == nil ? "dialling without a credential first" : "dialling with the stored app token first")
+        await feed(.storedTokenLookedUp(found: token != nil), generation: generation)
     }
 
     private func tokenArrived(_ token: String?, generation: Int) async {
@@ -367,7 +364,7 @@ public actor AccessTunnel {
     private func carrierConfiguration(_ credential: SessionStateMachine.Credential) throws(TunnelFailure) -> CarrierConfiguration {
         guard let origin else { throw TunnelFailure.internalError("no origin") }
         let serviceToken = credential == .serviceToken ? method.serviceToken : nil
-        let accessToken = credential == .oauth ? appToken : nil
+        let accessToken = credential == .serviceToken ? nil : appToken
         let request = try Self.upgradeRequest(origin: origin, options: options,
                                               serviceToken: serviceToken, accessToken: accessToken)
         let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)

@@ -56,6 +56,49 @@ struct SessionStateMachineTests {
         #expect(try m.connect(.init(primary: .serviceToken)).contains(.publish(.authenticating)))
     }
 
+    @Test("OAuth dials first with what is stored; an origin without Access connects with no login (issue 17.7)")
+    func storedFirstNoAccess() throws {
+        var m = Machine()
+        let start = try m.connect(.init(primary: .stored, fallbackToOAuth: true))
+        #expect(start == [.startDeadline, .publish(.authenticating), .authenticate(.stored, refresh: false)])
+        #expect(m.handle(.storedTokenLookedUp(found: false)) == [.publish(.connecting), .dial(.stored)])
+        #expect(m.handle(.dialSucceeded) == [.openLocal])
+        #expect(published(m.handle(.localReady(port: 7))) == [.connected(localPort: 7)])
+    }
+
+    @Test("the Access login redirect on the first dial starts the login; a refused stored token is replaced once")
+    func storedFirstThenLogin() throws {
+        // No stored token: the login's cache lookup may still find one (no refresh), and one
+        // refresh is left for a token Access then refuses.
+        var m = Machine()
+        _ = try m.connect(.init(primary: .stored, fallbackToOAuth: true))
+        _ = m.handle(.storedTokenLookedUp(found: false))
+        #expect(m.handle(.dialFailed(rejected)) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
+        #expect(m.handle(.authenticated) == [.startDeadline, .publish(.connecting), .dial(.oauth)])
+        #expect(m.handle(.dialFailed(rejected)).contains(.authenticate(.oauth, refresh: true)))
+        _ = m.handle(.authenticated)
+        #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+
+        // A stored token was sent and refused: the login replaces it at once, and a fresh token
+        // refused again is a failure (no second login).
+        m = Machine()
+        _ = try m.connect(.init(primary: .stored, fallbackToOAuth: true))
+        _ = m.handle(.storedTokenLookedUp(found: true))
+        #expect(m.handle(.dialFailed(rejected)).contains(.authenticate(.oauth, refresh: true)))
+        _ = m.handle(.authenticated)
+        #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+
+        // A network failure on the first dial is no reason to log in.
+        m = Machine()
+        _ = try m.connect(.init(primary: .stored, fallbackToOAuth: true, retry: .never))
+        _ = m.handle(.storedTokenLookedUp(found: false))
+        #expect(published(m.handle(.dialFailed(badCA))) == [.failed(badCA)])
+        // The lookup event means nothing for another credential.
+        m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken))
+        #expect(m.handle(.storedTokenLookedUp(found: true)) == [])
+    }
+
     @Test("fallback success: a rejected service token switches to OAuth once")
     func fallbackSuccess() throws {
         var m = Machine()

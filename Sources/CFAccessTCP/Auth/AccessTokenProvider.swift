@@ -34,6 +34,8 @@ public actor AccessTokenProvider {
     let presenter: any LoginPresenter
 
     var appInfos: [String: AppInfo] = [:]
+    /// The cache file and token `storedAppToken` last gave for each origin (a refresh deletes it).
+    var storedTokens: [String: (file: String, token: String)] = [:]
     /// When this process last fetched each auth domain's key set.
     var keySetFetches: [String: Date] = [:]
     /// The lookup or login in flight (one at a time).
@@ -152,6 +154,29 @@ public actor AccessTokenProvider {
         cacheGeneration += 1
     }
 
+    /// The cached, valid app token of `origin`, found without any request: by the application
+    /// this provider discovered for `origin`, or else by cloudflared's file name for an
+    /// application on exactly `origin`'s host (`<host>-<AUD>-token`, valid for that AUD; the
+    /// newest if there are several). A session sends it on its first dial; if Access refuses it,
+    /// `appToken(for:refresh: true)` deletes it.
+    public func storedAppToken(for origin: OriginURL) async -> String? {
+        if let app = appInfos[origin.httpsURL] {
+            return cachedToken(TokenCacheNaming.appTokenFileName(for: app), audience: app.appAUD)
+        }
+        var newest: (file: String, token: String, modifiedAt: Date)?
+        for file in store.fileNames() {
+            guard let audience = TokenCacheNaming.audience(ofAppTokenFile: file, host: origin.host),
+                  case .content(let text, let modifiedAt) = store.read(file),
+                  case .success = TokenCacheRules.check(token: text, requiredAudience: audience, now: clock.now()) else {
+                continue
+            }
+            if newest.map({ modifiedAt > $0.modifiedAt }) ?? true { newest = (file, text, modifiedAt) }
+        }
+        guard let newest else { return nil }
+        storedTokens[origin.httpsURL] = (newest.file, newest.token)
+        return newest.token
+    }
+
     /// The cached, valid app token of `origin`, or nil; never logs in (for `token`).
     public func cachedAppToken(for origin: OriginURL) async throws(TunnelFailure) -> String? {
         let app = try await discover(origin)
@@ -232,6 +257,11 @@ extension AccessTokenProvider: OAuthFlow {
     /// cached app token is deleted first.
     public func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
         guard refresh else { return try await appToken(for: origin, interactive: true) }
+        if let (file, token) = storedTokens.removeValue(forKey: origin.httpsURL),
+           case .content(let text, _) = store.read(file), text == token {
+            logger.info("deleting the cached app token Access refused", metadata: ["path": "\(store.path(of: file))"])
+            store.delete(file)
+        }
         await invalidate(for: origin)
         // Only a lookup started after this invalidation may answer (issue 12.3).
         return try await appToken(for: origin, interactive: true, startedSince: cacheGeneration)
