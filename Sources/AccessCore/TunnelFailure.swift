@@ -188,7 +188,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     // MARK: Transport
 
     /// The TLS handshake with `host` failed. Category `.transport`, not retryable.
-    public static func tls(host: String, reason: String) -> TunnelFailure {
+    package static func tls(host: String, reason: String) -> TunnelFailure {
         let host = Display.oneLine(host)
         var reason = Redaction.scrub(reason)
         while reason.hasSuffix(".") { reason.removeLast() }
@@ -200,7 +200,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     /// `host` did not resolve. Category `.transport`, retryable.
-    public static func dns(host: String) -> TunnelFailure {
+    package static func dns(host: String) -> TunnelFailure {
         let host = Display.oneLine(host)
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
@@ -209,7 +209,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     /// The TCP connection to `address` was refused. Category `.transport`, retryable.
-    public static func connectionRefused(address: String) -> TunnelFailure {
+    package static func connectionRefused(address: String) -> TunnelFailure {
         let address = Display.oneLine(address)
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
@@ -219,7 +219,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// No route, interface down or similar. `detail` (e.g. the system's words) goes to
     /// `detail`, scrubbed. Category `.transport`, retryable.
-    public static func networkUnavailable(detail: String) -> TunnelFailure {
+    package static func networkUnavailable(detail: String) -> TunnelFailure {
         TunnelFailure(
             trusted: .transport, isRetryable: true,
             message: "Network unavailable: check your network connection, then try again",
@@ -228,7 +228,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// Nothing came back from `host` within `seconds`. The message starts with
     /// "Connection timed out." Category `.transport`, retryable.
-    public static func timedOut(host: String, seconds: Int) -> TunnelFailure {
+    package static func timedOut(host: String, seconds: Int) -> TunnelFailure {
         let host = Display.oneLine(host)
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
@@ -241,7 +241,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// The other side broke the carrier protocol, e.g. sent a text frame. `what` is scrubbed.
     /// Category `.protocolViolation`, not retryable.
-    public static func protocolViolation(_ what: String) -> TunnelFailure {
+    package static func protocolViolation(_ what: String) -> TunnelFailure {
         let what = Redaction.scrub(what)
         return TunnelFailure(
             trusted: .protocolViolation, isRetryable: false,
@@ -258,7 +258,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// No file descriptor could be had (EMFILE/ENFILE): says the limit and how to raise it.
     /// Category `.localResource`, retryable (another connection may end).
-    public static func outOfFileDescriptors(limit: Int?, what: String) -> TunnelFailure {
+    package static func outOfFileDescriptors(limit: Int?, what: String) -> TunnelFailure {
         let shown = limit.map { " (the limit is \($0))" } ?? ""
         return TunnelFailure(trusted: .localResource, isRetryable: true,
                              message: "Too many open files\(shown): close some connections or raise the limit with `ulimit -n`",

@@ -510,7 +510,7 @@ final class Bridge {
         switch keepalive.tick(sent: bytesToOrigin, received: bytesFromOrigin) {
         case .close:
             logger.debug("connection \(id): the edge did not answer keepalive pings for \(KeepaliveState.deadAfter * seconds) s; closing the tunnel")
-            noteEnd(.keepaliveTimeout(seconds: KeepaliveState.deadAfter * seconds))
+            noteEnd(.keepaliveTimeout(after: .seconds(KeepaliveState.deadAfter * seconds)))
             closeBoth()
             return
         case .ping:

@@ -17,7 +17,7 @@ struct TunnelEndTests {
 
     @Test("lost tunnels are transport failures, protocol violations and local I/O their own")
     func failures() {
-        for end in [TunnelEnd.reset(detail: "Connection reset by peer"), .keepaliveTimeout(seconds: 90),
+        for end in [TunnelEnd.reset(detail: "Connection reset by peer"), .keepaliveTimeout(after: .seconds(90)),
                     .writeFailed(detail: "x"), .closedByEdge(code: 1011)] {
             #expect(end.failure(host: "h")?.category == .transport, "\(end)")
             #expect(end.failure(host: "h")?.kind == .connectionLost, "\(end)")
@@ -36,7 +36,7 @@ struct TunnelEndTests {
         let failure = TunnelEnd.protocolViolation(detail: "a text frame").failure(host: "ssh.example.com")
         #expect(failure?.category == .protocolViolation)
         #expect(failure?.isRetryable == false)
-        #expect(TunnelEnd.keepaliveTimeout(seconds: 90).failure(host: "h")?.category == .transport)
+        #expect(TunnelEnd.keepaliveTimeout(after: .seconds(90)).failure(host: "h")?.category == .transport)
     }
 
     @Test("every end has its own plain line, each case")

@@ -41,7 +41,7 @@ struct TunnelFailureKindTests {
         (.tokenCache(path: "/tmp/tokens", reason: "Permission denied"), .tokenCache),
         (.loginCancelled(host: host), .loginCancelled),
         (TunnelEnd.reset(detail: "ECONNRESET").failure(host: host)!, .connectionLost),
-        (TunnelEnd.keepaliveTimeout(seconds: 30).failure(host: host)!, .connectionLost),
+        (TunnelEnd.keepaliveTimeout(after: .seconds(30)).failure(host: host)!, .connectionLost),
         (TunnelEnd.writeFailed(detail: "EPIPE").failure(host: host)!, .connectionLost),
         (TunnelEnd.protocolViolation(detail: "reserved bits").failure(host: host)!, .protocolViolation),
         (TunnelEnd.localIOFailed(detail: "stdout closed").failure(host: host)!, .localIO),
