@@ -23,7 +23,7 @@ extension TunnelFailure {
 
         /// A name did not resolve.
         public static let dns = Kind("dns")
-        /// A TCP connection (to the edge, a `--connect-to` address or a proxy) was refused.
+        /// A TCP connection (to the edge, a connect-to address or a proxy) was refused.
         public static let connectionRefused = Kind("connection-refused")
         /// No route to the address, an interface down, or a network error without a better name.
         public static let networkUnavailable = Kind("network-unavailable")

@@ -121,8 +121,8 @@ package enum RequestBuilder {
         if let serviceToken {
             // ServiceToken's initializer checked both values; check again since they are
             // about to become header lines.
-            try HeaderField.checkValue(serviceToken.clientID, label: "--service-token-id")
-            try HeaderField.checkValue(serviceToken.clientSecret, label: "--service-token-secret")
+            try HeaderField.checkValue(serviceToken.clientID, label: ConfigurationError.Setting.serviceTokenID.placeholder)
+            try HeaderField.checkValue(serviceToken.clientSecret, label: ConfigurationError.Setting.serviceTokenSecret.placeholder)
             add(HeaderField(name: AccessHeaderName.clientID, value: serviceToken.clientID))
             add(HeaderField(name: AccessHeaderName.clientSecret, value: serviceToken.clientSecret))
         }
@@ -132,12 +132,12 @@ package enum RequestBuilder {
         }
 
         for field in extraHeaders {
-            try HeaderField.checkName(field.name, option: "--header")
+            try HeaderField.checkName(field.name, option: ConfigurationError.Setting.header.placeholder)
             if AccessHeaderName.isReserved(field.name) {
                 throw ConfigurationError(
-                    "--header \(HeaderField.shownName(field.name)) is not allowed: the WebSocket library sets \(field.name) itself")
+                    "\(ConfigurationError.Setting.header.placeholder) \(HeaderField.shownName(field.name)) is not allowed: the WebSocket library sets \(field.name) itself")
             }
-            try HeaderField.checkValue(field.value, label: "--header \(HeaderField.shownName(field.name))")
+            try HeaderField.checkValue(field.value, label: "\(ConfigurationError.Setting.header.placeholder) \(HeaderField.shownName(field.name))")
             add(field)
         }
         return UpgradeRequest(origin: origin, headers: headers)
@@ -145,7 +145,7 @@ package enum RequestBuilder {
 
     /// Checks `--destination` and returns it normalized as `host:port` (`[v6]:port`).
     static func parseDestination(_ raw: String) throws(ConfigurationError) -> String {
-        let flag = "--destination"
+        let flag = ConfigurationError.Setting.destination.placeholder
         var scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         let shown = Display.quoted(String(scalars: scalars))
         let formError = ConfigurationError(

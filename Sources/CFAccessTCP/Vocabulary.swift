@@ -41,7 +41,7 @@ public typealias ConfigurationError = AccessCore.ConfigurationError
 public typealias OriginURL = AccessCore.OriginURL
 /// Another address to dial instead of the hostname (Host, SNI and verification keep the name).
 public typealias ConnectTarget = AccessCore.ConnectTarget
-/// A `--connect-to`-style override for the login flow's HTTPS requests.
+/// A connect-to override (libcurl's `CONNECT_TO`) for the login flow's HTTPS requests.
 public typealias ConnectOverride = AccessCore.ConnectOverride
 /// A `HOST:PORT:ADDRESS` override, like curl's `--resolve`.
 public typealias ResolveOverride = AccessCore.ResolveOverride

@@ -162,7 +162,7 @@ private func makeProvider(
         logging = try LoggingSetup(level: loglevel, file: nil, directory: nil)
         configuration = try make(environment)
     } catch {
-        throw usageFailure(error.message)
+        throw usageFailure(error.withFlags)
     }
     return AccessTokenProvider(configuration: configuration, logger: logging.logger,
                                browser: SystemBrowserOpener(environment: environment))
@@ -173,6 +173,6 @@ func parseApplicationURL(_ raw: String) throws -> OriginURL {
     do {
         return try OriginURL.parse(raw)
     } catch {
-        throw usageFailure(error.message.replacingOccurrences(of: "--hostname", with: "the URL"))
+        throw usageFailure(error.message { $0 == .hostname ? "the URL" : $0.flag })
     }
 }

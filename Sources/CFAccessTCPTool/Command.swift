@@ -84,7 +84,7 @@ struct TCPCommand: AsyncParsableCommand {
             logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
             settings = try TunnelSettings(flags: flags, environment: environment, logger: logging.logger)
         } catch {
-            throw usageFailure(error.message)
+            throw usageFailure(error.withFlags)
         }
         let logger = logging.logger
         let report = FailureReport(logger: logger, toLogFile: flags.logfile != nil || flags.logDirectory != nil)
@@ -189,8 +189,36 @@ extension Error {
     /// The plain message of a tunnel or configuration failure, or a description of any other error.
     var message: String {
         if let failure = self as? TunnelFailure { return failure.withFlags }
-        if let error = self as? ConfigurationError { return error.message }
+        if let error = self as? ConfigurationError { return error.withFlags }
         return "\(self)"
+    }
+
+    /// The message, naming this command line's flags.
+    var withFlags: String { message }
+}
+
+extension ConfigurationError {
+    /// The message with the settings it names as this command line's flags.
+    var withFlags: String { message(naming: \.flag) }
+}
+
+extension ConfigurationError.Setting {
+    /// How this command line gives the setting (the library's messages name no flags).
+    var flag: String {
+        switch self {
+        case .hostname: return "--hostname"
+        case .listenAddress: return "--url"
+        case .allowNonLoopback: return "pass --allow-non-loopback"
+        case .connectTarget: return "--connect-to"
+        case .resolveOverride: return "--resolve"
+        case .header: return "--header"
+        case .serviceTokenID: return "--service-token-id"
+        case .serviceTokenSecret: return "--service-token-secret"
+        case .serviceTokenIDSource: return " (or set TUNNEL_SERVICE_TOKEN_ID)"
+        case .serviceTokenSecretSource: return " (or set TUNNEL_SERVICE_TOKEN_SECRET)"
+        case .destination: return "--destination"
+        default: return words
+        }
     }
 }
 

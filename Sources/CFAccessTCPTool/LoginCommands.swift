@@ -138,7 +138,7 @@ struct SSHConfigCommand: ParsableCommand {
         do {
             origin = try OriginURL.parse(hostname)
         } catch {
-            throw usageFailure(error.message)
+            throw usageFailure(error.withFlags)
         }
         if shortLivedCert {
             // `access ssh-gen` does not exist yet: a Match exec that fails would make ssh connect

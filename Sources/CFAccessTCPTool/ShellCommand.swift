@@ -107,7 +107,7 @@ struct ShellCommand: AsyncParsableCommand {
                 throw ConfigurationError("--url cannot be used with shell: the session needs no local port")
             }
         } catch {
-            throw usageFailure(error.message)
+            throw usageFailure(error.withFlags)
         }
         if forgetPassword {
             throw ExitCode(forget(target))

@@ -70,3 +70,41 @@ struct DurationSecondsTests {
         #expect(Duration.zero.secondsValue == 0)
     }
 }
+
+/// The library's configuration messages name settings in words; a command line names them its
+/// own way (issue 19 §4: no flag names in the library).
+@Suite("configuration errors name settings")
+struct ConfigurationErrorSettingTests {
+    @Test("the message says the setting in words; message(naming:) puts another name in its place")
+    func naming() throws {
+        var thrown: ConfigurationError?
+        do { _ = try OriginURL.parse("") } catch { thrown = error }
+        let error = try #require(thrown)
+        #expect(error.message.hasPrefix("the hostname is empty"))
+        #expect(error.settings == [.hostname])
+        #expect(error.message(naming: { "--\($0.name)" }).hasPrefix("--hostname is empty"))
+        #expect(error.description == error.message)
+        #expect(ConfigurationError.Setting.hostname.description == "the hostname")
+        for setting in [ConfigurationError.Setting.listenAddress, .allowNonLoopback, .connectTarget, .resolveOverride, .header,
+                        .serviceTokenID, .serviceTokenSecret, .serviceTokenIDSource, .serviceTokenSecretSource, .destination] {
+            #expect(!setting.name.isEmpty)
+        }
+
+        // Two settings, in the order the message names them; one said in no words leaves no gap.
+        var token: ConfigurationError?
+        do { _ = try ServiceToken(clientID: " ", clientSecret: "s") } catch { token = error }
+        let empty = try #require(token)
+        #expect(empty.settings == [.serviceTokenID, .serviceTokenIDSource])
+        #expect(empty.message == "the service token's client ID is empty: give the service token's Client ID")
+        #expect(empty.message(naming: { $0 == .serviceTokenID ? "--id" : " (or set ID)" })
+                == "--id is empty: give the service token's Client ID (or set ID)")
+
+        // No flag reaches a library message.
+        var listen: ConfigurationError?
+        do { _ = try ListenAddress.parse("192.0.2.1:22", allowNonLoopback: false) } catch { listen = error }
+        #expect(listen?.message.contains("--") == false)
+        #expect(listen?.settings == [.listenAddress, .allowNonLoopback])
+        #expect(ConfigurationError("plain") == ConfigurationError("plain"))
+        #expect(ConfigurationError("plain").settings.isEmpty)
+    }
+}

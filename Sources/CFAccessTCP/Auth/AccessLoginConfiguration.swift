@@ -7,9 +7,9 @@ public struct AccessLoginConfiguration: Sendable {
     public var tokenDirectory: String
     /// A PEM file of CA certificates to trust instead of the system store.
     public var caFile: String?
-    /// `--resolve HOST:PORT:ADDR` overrides for every HTTPS request of the flows.
+    /// `HOST:PORT:ADDR` overrides (like curl's `--resolve`) for every HTTPS request of the flows.
     public var resolve: [ResolveOverride]
-    /// `--connect-to` overrides (libcurl's `CONNECT_TO`): requests to a host go to another
+    /// Connect-to overrides (libcurl's `CONNECT_TO`): requests to a host go to another
     /// address, names and certificate checks unchanged.
     public var connectTo: [ConnectOverride]
     /// The transfer service base URL; nil means Cloudflare's (or FedRAMP's, see `fedRAMP`).
