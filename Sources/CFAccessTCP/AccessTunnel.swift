@@ -3,19 +3,21 @@ import AccessTransport
 import Foundation
 import Logging
 
-/// A tunnel to one Access-protected host, for apps that embed it: connect, watch the state,
-/// disconnect.
+/// A tunnel to one Access-protected host, for apps that embed it: connect (a local port) or
+/// open a stream (no port), watch the state, disconnect.
 ///
 /// ```swift
-/// let tunnel = AccessTunnel()
-/// let port = try await tunnel.connect(hostname: "ssh.example.com",
-///                                     method: .serviceToken(try ServiceToken(clientID: id, clientSecret: secret)))
-/// // point an SSH client at 127.0.0.1:port
-/// await tunnel.disconnect()
+/// let token = try ServiceToken(clientID: id, clientSecret: secret)
+/// try await withAccessTunnel(options: AccessTunnel.Options(connectTimeout: .seconds(10))) { tunnel in
+///     let port = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+///     // point an SSH client at 127.0.0.1:port
+/// }   // disconnected here, whatever happened inside
 /// ```
 ///
-/// The decisions live in ``SessionStateMachine`` (a value, no I/O); this actor performs its
-/// actions and feeds back what happened.
+/// Cancelling the task that awaits ``connect(hostname:method:)`` or
+/// ``openStream(hostname:method:)`` stops them, a login included. The session's decisions live
+/// in a state machine of the package's core (a value, no I/O); this actor performs its actions
+/// and feeds back what happened.
 public actor AccessTunnel {
     /// What a session needs besides the hostname and credential. Every option has a default and
     /// can be set in the initialiser; ``validate()`` checks the ranges (``connect(hostname:method:)``

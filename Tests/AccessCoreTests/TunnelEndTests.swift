@@ -108,3 +108,16 @@ struct ConfigurationErrorSettingTests {
         #expect(ConfigurationError("plain").settings.isEmpty)
     }
 }
+
+/// Running out of descriptors says the limit when it is known (moved here with ExitStatus's
+/// move to the tool).
+@Suite("out of file descriptors")
+struct OutOfFileDescriptorsTests {
+    @Test("the message names the limit when known, and the failure is a retryable local one")
+    func message() {
+        let fd = TunnelFailure.outOfFileDescriptors(limit: 64, what: "socket(): EMFILE")
+        #expect(fd.message.hasPrefix("Too many open files (the limit is 64)"))
+        #expect(fd.category == .localResource && fd.isRetryable)
+        #expect(TunnelFailure.outOfFileDescriptors(limit: nil, what: "x").message.hasPrefix("Too many open files: "))
+    }
+}
