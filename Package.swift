@@ -39,7 +39,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
-        .package(url: "https://github.com/apple/swift-system.git", from: "1.4.0"),
+        // `FileDescriptor`, the descriptor type of TunnelStream's escape hatch (SwiftNIO's own
+        // dependency, so a NIO user fetches nothing more).
+        .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
         // `swift package generate-documentation --target CFAccessTCP` (or CFAccessSSH): the DocC
         // catalogs in Sources/<Target>/<Target>.docc. A plugin only: nothing of it is linked.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -78,7 +80,8 @@ let package = Package(
         // The library other tools import.
         .target(name: "CFAccessTCP",
                 dependencies: ["AccessCore", "AccessTransport",
-                               .product(name: "Logging", package: "swift-log")],
+                               .product(name: "Logging", package: "swift-log"),
+                               .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
         // The embedded SSH client (issue 10): libssh2 over a tunnel stream, known_hosts, the
         // Secret Service. A library of its own, so the tunnel library needs no libssh2.

@@ -22,6 +22,9 @@ Modes (every connection of the process gets the same mode):
 
 --log-header NAME (any mode, repeatable): each request line of header NAME (any case) is logged
 as `header <Name as sent>: <value>`, in the order received (a test checks what the client sent).
+A request that is not a WebSocket upgrade (no Sec-WebSocket-Key: a HEAD, a plain GET) gets no
+answer but a TCP reset, and the line `not-an-upgrade METHOD`: an origin whose HTTP requests fail
+while its WebSocket works.
 
 --hold-handshake FILE (any mode): each connection logs `client-hello N` once the client's TLS
 ClientHello has arrived, then holds the TLS handshake (no ServerHello) until FILE exists. A test
@@ -70,6 +73,7 @@ def read_request(conn, log_headers=()):
         if len(data) > 256 * 1024:
             return None
     head, _, rest = data.partition(b"\r\n\r\n")
+    method = head.split(b" ", 1)[0].decode("ascii", "replace")
     key = None
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
@@ -77,7 +81,7 @@ def read_request(conn, log_headers=()):
             key = value.strip()
         if name.strip().lower().decode("latin-1") in log_headers:
             log("header " + name.strip().decode("latin-1") + ": " + value.strip().decode("latin-1"))
-    return key, rest
+    return method, key, rest
 
 
 def response(key):
@@ -183,7 +187,12 @@ def serve(conn, args, index):
     got = read_request(conn, [name.lower() for name in args.log_header])
     if got is None:
         return
-    key, pending = got
+    method, key, pending = got
+    if key is None:
+        log("not-an-upgrade %s" % method)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        socket.socket(fileno=conn.detach()).close()
+        return
     hello = response(key)
     payload = args.payload.encode()
     frames = ClientFrames(conn, pending)

@@ -1,5 +1,5 @@
 // A runnable example of the library: open a tunnel with a service token, run `ssh` through the
-// returned port, close the tunnel.
+// returned port; the tunnel is closed when the scope ends, whatever happens in it.
 //
 //   TUNNEL_SERVICE_TOKEN_ID=… TUNNEL_SERVICE_TOKEN_SECRET=… \
 //   cf-access-tcp-example ssh.example.com [--connect-to HOST:PORT] [--ca-file CA] -- [ssh options] user@127.0.0.1 command
@@ -16,7 +16,7 @@ guard let hostname = arguments.first, let separator = arguments.firstIndex(of: "
 let sshArguments = Array(arguments[(separator + 1)...])
 arguments = Array(arguments[1..<separator])
 
-var options = AccessTunnel.Options()
+var options = AccessTunnel.Options(connectTimeout: .seconds(15))
 while let flag = arguments.first {
     arguments.removeFirst()
     guard let value = arguments.first else { break }
@@ -30,25 +30,29 @@ while let flag = arguments.first {
 
 let environment = ProcessInfo.processInfo.environment
 let serviceToken = try ServiceToken(clientID: environment["TUNNEL_SERVICE_TOKEN_ID"] ?? "",
-                             clientSecret: environment["TUNNEL_SERVICE_TOKEN_SECRET"] ?? "")
-let tunnel = AccessTunnel(options: options)
-
-// Watch the state as an app would (a GUI would show it).
-let watcher = Task {
-    for await state in tunnel.state { FileHandle.standardError.write(Data("tunnel: \(state)\n".utf8)) }
-}
+                                    clientSecret: environment["TUNNEL_SERVICE_TOKEN_SECRET"] ?? "")
 
 do {
-    let port = try await tunnel.connect(hostname: hostname, method: .serviceToken(serviceToken))
-    let ssh = Process()
-    ssh.executableURL = URL(fileURLWithPath: "/usr/bin/ssh")
-    ssh.arguments = ["-p", String(port)] + sshArguments
-    try ssh.run()
-    ssh.waitUntilExit()
-    await tunnel.disconnect()
-    watcher.cancel()
-    exit(ssh.terminationStatus)
+    let status = try await withAccessTunnel(options: options) { tunnel in
+        // Watch the state as an app would (a GUI would show it).
+        let watcher = Task {
+            for await state in tunnel.state { FileHandle.standardError.write(Data("tunnel: \(state)\n".utf8)) }
+        }
+        defer { watcher.cancel() }
+        let port = try await tunnel.connect(hostname: hostname, method: .serviceToken(serviceToken))
+        let ssh = Process()
+        ssh.executableURL = URL(fileURLWithPath: "/usr/bin/ssh")
+        ssh.arguments = ["-p", String(port)] + sshArguments
+        try ssh.run()
+        ssh.waitUntilExit()
+        return ssh.terminationStatus
+    }
+    // Here the listener and its connections are closed.
+    exit(status)
+} catch let failure as TunnelFailure {
+    FileHandle.standardError.write(Data("cf-access-tcp-example: \(failure.message)\n".utf8))
+    exit(1)
 } catch {
-    FileHandle.standardError.write(Data("cf-access-tcp-example: \((error as? TunnelFailure)?.message ?? "\(error)")\n".utf8))
+    FileHandle.standardError.write(Data("cf-access-tcp-example: \(error)\n".utf8))
     exit(1)
 }

@@ -2,41 +2,41 @@
 ///
 /// A plain value: the session (`AccessTunnel`) builds it and hands it to the `TunnelTransport`
 /// seam, whose live implementation is the libwebsockets carrier.
-public struct CarrierConfiguration: Sendable {
+package struct CarrierConfiguration: Sendable {
     /// The upgrade request (origin and headers), built by the core.
-    public var request: UpgradeRequest
+    package var request: UpgradeRequest
     /// Dial another address than the origin's host (Host, SNI and verification keep the hostname).
-    public var connectTo: ConnectTarget?
+    package var connectTo: ConnectTarget?
     /// A PEM file of CA certificates to trust instead of the system store.
-    public var caFile: String?
+    package var caFile: String?
     /// `--resolve HOST:PORT:ADDR` overrides: a dial to HOST:PORT goes to ADDR (Host, SNI and
     /// verification keep HOST), like curl's.
-    public var resolveOverrides: [ResolveOverride]
+    package var resolveOverrides: [ResolveOverride]
     /// An HTTP proxy to tunnel through with `CONNECT` (from `HTTPS_PROXY`), or nil.
-    public var proxy: ProxySettings?
+    package var proxy: ProxySettings?
     /// Which credential the request carries, for the messages of an Access refusal.
-    public var credential: CredentialKind
+    package var credential: CredentialKind
     /// Seconds allowed for TCP connect + TLS + upgrade before the dial fails.
-    public var handshakeTimeoutSeconds: Int
+    package var handshakeTimeoutSeconds: Int
     /// Seconds of silence after which a tunnel sends a WebSocket ping (0 = never). A tunnel whose
     /// peer stays silent for three intervals is closed.
-    public var keepaliveSeconds: Int
+    package var keepaliveSeconds: Int
     /// Seconds the tunnel keeps carrying the edge's bytes after the local side finished sending
     /// (stdin EOF, `shutdown(SHUT_WR)`), unless the edge closes first; 0 closes at once.
-    public var halfCloseLingerSeconds: Double = 5
+    package var halfCloseLingerSeconds: Double = 5
 
     /// This configuration with another half-close linger (negative counts as 0).
-    public func withHalfCloseLinger(_ seconds: Double) -> CarrierConfiguration {
+    package func withHalfCloseLinger(_ seconds: Double) -> CarrierConfiguration {
         var copy = self
         copy.halfCloseLingerSeconds = max(0, seconds)
         return copy
     }
 
     /// The system CA bundle on Debian-family systems.
-    public static let systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+    package static let systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
     /// Creates a configuration.
-    public init(request: UpgradeRequest, connectTo: ConnectTarget? = nil, caFile: String? = nil,
+    package init(request: UpgradeRequest, connectTo: ConnectTarget? = nil, caFile: String? = nil,
                 credential: CredentialKind, handshakeTimeoutSeconds: Int = 15, keepaliveSeconds: Int = 30,
                 resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil) {
         self.resolveOverrides = resolveOverrides

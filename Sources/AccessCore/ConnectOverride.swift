@@ -1,4 +1,4 @@
-/// A `--connect-to` for the HTTPS requests of the login steps: requests to `host:port` go to
+/// A connect-to override for the HTTPS requests of the login steps: requests to `host:port` go to
 /// `address:targetPort`, while the Host header, SNI and certificate checks keep `host`.
 public struct ConnectOverride: Sendable, Equatable {
     /// The host name the requests are for, lower-cased.
@@ -22,8 +22,8 @@ public struct ConnectOverride: Sendable, Equatable {
 /// The one lookup of "where does a dial to HOST:PORT go" for both overrides (issue 13.4): the
 /// tunnel's carrier and the login steps' HTTPS client both ask it.
 package enum AddressOverride {
-    /// The address and port a dial to `host`:`port` goes to: the first `--connect-to` for that
-    /// host and port, else the first `--resolve` pin (same port), else nil (resolve `host`).
+    /// The address and port a dial to `host`:`port` goes to: the first connect-to for that
+    /// host and port, else the first resolve override (same port), else nil (resolve `host`).
     /// Host names compare case-insensitively.
     package static func route(host: String, port: Int, connectTo: [ConnectOverride] = [],
                              resolve: [ResolveOverride]) -> (address: String, port: Int)? {

@@ -1,7 +1,7 @@
-/// Where to dial instead of the origin's host (`--connect-to`, a testing aid as in
+/// Where to dial instead of the origin's host (cloudflared's `connect-to`, a testing aid as in
 /// cloudflared): `host`, `host:port`, `[IPv6]:port` (or a bare IPv6 address), or
 /// `sni:port:host`. The origin URL, `Host` header and, except in the 3-part form, the TLS
-/// server name stay those of `--hostname`.
+/// server name stay those of the hostname.
 public struct ConnectTarget: Sendable, Equatable, CustomStringConvertible {
     /// The host or IP address to dial: a lower-cased DNS name (IDN in Punycode), dotted-quad
     /// IPv4, or IPv6 without brackets (RFC 5952 form).
@@ -29,7 +29,7 @@ public struct ConnectTarget: Sendable, Equatable, CustomStringConvertible {
         return host + ":" + String(port)
     }
 
-    /// Parses a `--connect-to` value.
+    /// Parses a connect-to value: `host`, `host:port`, `[IPv6]:port` or `sni:port:host`.
     ///
     /// - `host` → dial `host` on the origin's port;
     /// - `host:port`, `[IPv6]:port` → dial there;
@@ -38,7 +38,7 @@ public struct ConnectTarget: Sendable, Equatable, CustomStringConvertible {
     ///   certificate verification. `host` may be a bracketed IPv6 address.
     /// Ports are 1...65535.
     public static func parse(_ raw: String) throws(ConfigurationError) -> ConnectTarget {
-        let flag = "--connect-to"
+        let flag = ConfigurationError.Setting.connectTarget.placeholder
         let scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         let shown = Display.quoted(String(scalars: scalars))
         let formError = ConfigurationError(

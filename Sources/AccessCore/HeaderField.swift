@@ -123,13 +123,13 @@ public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomD
         let scalars = raw.scalarArray
         guard let colon = scalars.firstIndex(of: ":") else {
             // Not shown: a header without a name may be a pasted secret.
-            throw ConfigurationError("--header needs the form \"Name: value\", but it has no \":\"")
+            throw ConfigurationError("\(ConfigurationError.Setting.header.placeholder) needs the form \"Name: value\", but it has no \":\"")
         }
         let isBlank: (Unicode.Scalar) -> Bool = { $0 == " " || $0 == "\t" }
         let name = String(scalars: Array(scalars[..<colon]).trimming(isBlank))
         let value = String(scalars: Array(scalars[(colon + 1)...]).trimming(isBlank))
-        try checkName(name, option: "--header")
-        try checkValue(value, label: "--header \(shownName(name))")
+        try checkName(name, option: ConfigurationError.Setting.header.placeholder)
+        try checkValue(value, label: "\(ConfigurationError.Setting.header.placeholder) \(shownName(name))")
         return HeaderField(name: name, value: value)
     }
 
@@ -142,7 +142,7 @@ public struct HeaderField: Sendable, Equatable, CustomStringConvertible, CustomD
     static func checkName(_ name: String, option: String) throws(ConfigurationError) {
         let scalars = name.scalarArray
         guard !scalars.isEmpty else {
-            throw ConfigurationError("\(option) has an empty header name: write -H \"Name: value\"")
+            throw ConfigurationError("\(option) has an empty header name: write it as \"Name: value\"")
         }
         guard let badIndex = scalars.firstIndex(where: { !$0.isHTTPTokenCharacter }) else { return }
         let bad = scalars[badIndex]

@@ -1,4 +1,4 @@
-/// The local address to listen on, from `--url` (aliases `--listener`, `-L`), in the forms
+/// The local address to listen on, in the forms
 /// cloudflared accepts: `127.0.0.1:2222`, `localhost:2222`, `tcp://localhost:2222`,
 /// `[::1]:2222`.
 public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
@@ -18,25 +18,27 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         self.isLoopback = isLoopback
     }
 
+    /// `127.0.0.1` on a port the system picks when the listener binds.
+    public static let loopbackAnyPort = ListenAddress(host: "127.0.0.1", port: 0, isLoopback: true)
+
     /// Whether `host` is an IPv6 address.
     public var isIPv6: Bool { host.unicodeScalars.contains(":") }
-
 
     /// `host:port`, IPv6 in brackets: `127.0.0.1:2222`, `[::1]:2222`.
     public var description: String {
         HostText.withPort(host, port)
     }
 
-    /// Parses a `--url` value.
+    /// Parses a listen address.
     ///
     /// An optional `tcp://` scheme is dropped (any other scheme is refused). The port is
     /// required (0...65535). The host must be numeric, or `localhost` (taken as
     /// `127.0.0.1`); IPv6 goes in brackets. IPv4 must be four numbers 0-255 without leading
     /// zeros. An empty host (`:2222`) means every IPv4 interface (`0.0.0.0`).
     /// A non-loopback address would expose the tunnel to the network, so it is refused
-    /// unless `allowNonLoopback` (the `--allow-non-loopback` flag) is true.
+    /// unless `allowNonLoopback` is true.
     public static func parse(_ raw: String, allowNonLoopback: Bool) throws(ConfigurationError) -> ListenAddress {
-        let flag = "--url"
+        let flag = ConfigurationError.Setting.listenAddress.placeholder
         var scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         let shown = Display.quoted(String(scalars: scalars))
         let example = "like 127.0.0.1:2222"
@@ -107,7 +109,7 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         if !loopback && !allowNonLoopback {
             throw ConfigurationError(
                 "\(flag) \(address) is not a loopback address and would expose the tunnel to the network: "
-                    + "use 127.0.0.1, or pass --allow-non-loopback if you mean it")
+                    + "use 127.0.0.1, or \(ConfigurationError.Setting.allowNonLoopback.placeholder) if you mean it")
         }
         return address
     }

@@ -1,4 +1,4 @@
-/// The Access-protected origin, parsed from `--hostname` (PROTOCOL.md §1).
+/// The Access-protected origin, parsed from a hostname (PROTOCOL.md §1).
 ///
 /// Always HTTPS: the WebSocket URL is the same origin with `wss`.
 public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
@@ -39,7 +39,7 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
     /// The HTTPS URL.
     public var description: String { httpsURL }
 
-    /// Parses a `--hostname` value.
+    /// Parses a hostname (`ssh.example.com`, `https://ssh.example.com/path`, an IDN, an IP address).
     ///
     /// - Surrounding white space is trimmed.
     /// - No scheme means `https://`; `http://` is upgraded to `https://`; `https://`,
@@ -56,9 +56,9 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
     /// - The path, if given, is kept as written; it may only hold RFC 3986 path characters
     ///   and `%XX` escapes.
     public static func parse(_ raw: String) throws(ConfigurationError) -> OriginURL {
-        let flag = "--hostname"
+        let flag = ConfigurationError.Setting.hostname.placeholder
         let emptyError = ConfigurationError(
-            "--hostname is empty: give the Access application's hostname, e.g. ssh.example.com")
+            "\(flag) is empty: give the Access application's hostname, e.g. ssh.example.com")
         var scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         guard !scalars.isEmpty else { throw emptyError }
 
@@ -70,7 +70,7 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
             default:
                 let shownScheme = Display.quoted(scheme, limit: 20)
                 throw ConfigurationError(
-                    "--hostname has scheme \(shownScheme), which is not supported: use https:// or no scheme, e.g. ssh.example.com")
+                    "\(flag) has scheme \(shownScheme), which is not supported: use https:// or no scheme, e.g. ssh.example.com")
             }
             scalars = Array(scalars[(schemeEnd + 3)...])
         }
@@ -81,12 +81,12 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
         let rest = Array(scalars[authorityEnd...])
         if rest.contains("?") || rest.contains("#") {
             throw ConfigurationError(
-                "--hostname must not have a query (?…) or fragment (#…): give the host and, if needed, a path, e.g. ssh.example.com/path")
+                "\(flag) must not have a query (?…) or fragment (#…): give the host and, if needed, a path, e.g. ssh.example.com/path")
         }
         if authority.contains("@") {
             // Not shown: what comes before "@" may be a password.
             throw ConfigurationError(
-                "--hostname must not contain a user name or password (user@host): give only the host, e.g. ssh.example.com")
+                "\(flag) must not contain a user name or password (user@host): give only the host, e.g. ssh.example.com")
         }
         guard !authority.isEmpty else { throw emptyError }
         let shown = Display.quoted(String(scalars: authority))
@@ -134,6 +134,7 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
     /// The path as written, or "/"; RFC 3986 `pchar`s, "/" and `%XX` only.
     private static func checkedPath(_ scalars: [Unicode.Scalar]) throws(ConfigurationError) -> String {
         guard !scalars.isEmpty else { return "/" }
+        let flag = ConfigurationError.Setting.hostname.placeholder
         var index = 0
         while index < scalars.count {
             let scalar = scalars[index]
@@ -141,7 +142,7 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
                 guard index + 2 < scalars.count,
                       scalars[index + 1].isASCIIHexDigit, scalars[index + 2].isASCIIHexDigit else {
                     throw ConfigurationError(
-                        "--hostname path has a \"%\" that is not followed by two hex digits: write a literal % as %25")
+                        "\(flag) path has a \"%\" that is not followed by two hex digits: write a literal % as %25")
                 }
                 index += 3
                 continue
@@ -149,7 +150,7 @@ public struct OriginURL: Sendable, Equatable, CustomStringConvertible {
             guard isPathCharacter(scalar) else {
                 let what = scalar == " " ? "a space" : Display.quoted(String(scalar))
                 throw ConfigurationError(
-                    "--hostname path contains \(what), which must be percent-encoded (e.g. a space as %20)")
+                    "\(flag) path contains \(what), which must be percent-encoded (e.g. a space as %20)")
             }
             index += 1
         }

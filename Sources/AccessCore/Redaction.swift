@@ -3,9 +3,9 @@
 /// Messages in this module are built from our own words plus inputs that were checked; the
 /// functions here are for inputs we do not control (a TLS library's reason, a `Location`
 /// header, a server's error text).
-public enum Redaction {
+package enum Redaction {
     /// What a removed secret is replaced with.
-    public static let placeholder = "[redacted]"
+    package static let placeholder = "[redacted]"
 
     /// A URL reduced to what identifies a place: scheme, host and path. User information,
     /// query and fragment (where tokens travel: `?token=…`, `kid`, `redirect_url`) are
@@ -13,7 +13,7 @@ public enum Redaction {
     ///
     /// `https://u:p@team.cloudflareaccess.com/cdn-cgi/access/login/app?kid=1&token=x` →
     /// `https://team.cloudflareaccess.com/cdn-cgi/access/login/app`.
-    public static func url(_ raw: String) -> String {
+    package static func url(_ raw: String) -> String {
         var scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         var prefix: [Unicode.Scalar] = []
         if let schemeEnd = scalars.firstIndex(ofSequence: "://"),
@@ -40,7 +40,7 @@ public enum Redaction {
     ///   cookie, signature or authorization;
     /// - the word after a secret header name (`Cf-Access-Client-Secret: x`), `Bearer` or
     ///   `Basic`.
-    public static func scrub(_ text: String) -> String {
+    package static func scrub(_ text: String) -> String {
         let words = Display.oneLine(text).split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         var output: [String] = []
         // After a secret header name, every word up to the next "Name:" is its value.

@@ -1,4 +1,4 @@
-/// A `--resolve HOST:PORT:ADDR` override, like curl's: connections to HOST on PORT go to
+/// A `HOST:PORT:ADDR` override, like curl's `--resolve`: connections to HOST on PORT go to
 /// ADDR while Host, SNI and certificate checks keep HOST.
 public struct ResolveOverride: Sendable, Equatable, CustomStringConvertible {
     /// The host name, lower-cased (IDN in Punycode).
@@ -16,7 +16,7 @@ public struct ResolveOverride: Sendable, Equatable, CustomStringConvertible {
     /// Parses `HOST:PORT:ADDR`. HOST is a DNS name; PORT 1...65535; ADDR an IPv4 address or
     /// an IPv6 address, bracketed or not (`[::1]`, `::1`).
     public static func parse(_ raw: String) throws(ConfigurationError) -> ResolveOverride {
-        let flag = "--resolve"
+        let flag = ConfigurationError.Setting.resolveOverride.placeholder
         let scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         let shown = Display.quoted(String(scalars: scalars))
         let usage = "give HOST:PORT:ADDRESS, e.g. team.cloudflareaccess.com:443:127.0.0.1"

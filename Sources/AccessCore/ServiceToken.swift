@@ -1,5 +1,5 @@
-/// Access service token credentials (`--service-token-id`, `--service-token-secret`), sent
-/// as `Cf-Access-Client-Id` and `Cf-Access-Client-Secret`.
+/// Access service token credentials (a client ID and secret), sent as `Cf-Access-Client-Id`
+/// and `Cf-Access-Client-Secret`.
 ///
 /// `description`, `debugDescription` and reflection (`dump`, `String(reflecting:)`) never
 /// show the secret, and show only the start of the client ID.
@@ -17,20 +17,21 @@ public struct ServiceToken: Sendable, Equatable, CustomStringConvertible, Custom
     public init(clientID: String, clientSecret: String) throws(ConfigurationError) {
         let id = clientID.trimmingWhitespace
         let secret = clientSecret.trimmingWhitespace
-        try Self.check(id, flag: "--service-token-id", what: "Client ID", environment: "TUNNEL_SERVICE_TOKEN_ID")
-        try Self.check(secret, flag: "--service-token-secret", what: "Client Secret", environment: "TUNNEL_SERVICE_TOKEN_SECRET")
+        try Self.check(id, setting: .serviceTokenID, what: "Client ID", source: .serviceTokenIDSource)
+        try Self.check(secret, setting: .serviceTokenSecret, what: "Client Secret", source: .serviceTokenSecretSource)
         self.clientID = id
         self.clientSecret = secret
     }
 
-    private static func check(_ value: String, flag: String, what: String, environment: String) throws(ConfigurationError) {
+    private static func check(_ value: String, setting: ConfigurationError.Setting, what: String,
+                              source: ConfigurationError.Setting) throws(ConfigurationError) {
         guard !value.isEmpty else {
             throw ConfigurationError(
-                "\(flag) is empty: give the service token's \(what) (or set \(environment))")
+                "\(setting.placeholder) is empty: give the service token's \(what)\(source.placeholder)")
         }
         if value.unicodeScalars.contains(where: { $0.isLineBreak || $0.isControl }) {
             throw ConfigurationError(
-                "\(flag) contains a line break or control character: give the service token's \(what) on one line")
+                "\(setting.placeholder) contains a line break or control character: give the service token's \(what) on one line")
         }
     }
 

@@ -1,8 +1,7 @@
 /// Why an established tunnel (one WebSocket and its local side) ended.
 ///
 /// A clean end is a Close handshake started by either side, or our own shutdown; everything
-/// else lost bytes or may have: the owner reports it as one plain line and a non-zero
-/// ``ExitStatus``.
+/// else lost bytes or may have: the owner reports it (``message(host:)``, ``failure(host:)``).
 public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
     /// The local side ended (EOF) and the WebSocket closed with our Close frame (`code` sent).
     case closedByLocal(code: UInt16)
@@ -14,8 +13,8 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
     case reset(detail: String)
     /// The edge broke the WebSocket protocol; we closed with Close 1002/1003.
     case protocolViolation(detail: String)
-    /// Nothing came from the edge (no bytes, no pong) for `seconds`.
-    case keepaliveTimeout(seconds: Int)
+    /// Nothing came from the edge (no bytes, no pong) for this long.
+    case keepaliveTimeout(after: Duration)
     /// Writing to the edge failed.
     case writeFailed(detail: String)
     /// Reading or writing the local side failed (e.g. stdout not writable).
@@ -35,18 +34,6 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    /// The process exit status for a run that ended this way.
-    public var exitStatus: ExitStatus {
-        switch self {
-        case .closedByLocal, .shutdown: return .success
-        case .closedByEdge: return isClean ? .success : .connectionLost
-        case .reset, .keepaliveTimeout, .writeFailed: return .connectionLost
-        case .protocolViolation: return .protocolError
-        case .localIOFailed: return .localIO
-        case .failedToOpen(let failure): return ExitStatus(failure: failure.category)
-        }
-    }
-
     /// A plain line for people, naming what happened to the tunnel to `host`.
     public func message(host: String) -> String {
         switch self {
@@ -60,8 +47,8 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
             return "the edge reset the tunnel to \(host) mid-stream (\(detail)): the connection is lost"
         case .protocolViolation(let detail):
             return "the edge broke the WebSocket protocol (\(detail)): the tunnel to \(host) was closed"
-        case .keepaliveTimeout(let seconds):
-            return "the edge did not answer for \(seconds) s (keepalive): the tunnel to \(host) is lost"
+        case .keepaliveTimeout(let silence):
+            return "the edge did not answer for \(silence.components.seconds) s (keepalive): the tunnel to \(host) is lost"
         case .writeFailed(let detail):
             return "writing to the edge failed (\(detail)): the tunnel to \(host) is lost"
         case .localIOFailed(let detail):
@@ -94,7 +81,7 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
         case .shutdown: return "shut down"
         case .reset(let detail): return "reset: \(detail)"
         case .protocolViolation(let detail): return "protocol violation: \(detail)"
-        case .keepaliveTimeout(let seconds): return "keepalive timeout after \(seconds) s"
+        case .keepaliveTimeout(let silence): return "keepalive timeout after \(silence.components.seconds) s"
         case .writeFailed(let detail): return "write to the edge failed: \(detail)"
         case .localIOFailed(let detail): return "local I/O failed: \(detail)"
         case .failedToOpen(let failure): return "failed to open: \(failure.message)"

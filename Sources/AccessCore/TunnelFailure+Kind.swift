@@ -23,7 +23,7 @@ extension TunnelFailure {
 
         /// A name did not resolve.
         public static let dns = Kind("dns")
-        /// A TCP connection (to the edge, a `--connect-to` address or a proxy) was refused.
+        /// A TCP connection (to the edge, a connect-to address or a proxy) was refused.
         public static let connectionRefused = Kind("connection-refused")
         /// No route to the address, an interface down, or a network error without a better name.
         public static let networkUnavailable = Kind("network-unavailable")
@@ -97,6 +97,8 @@ extension TunnelFailure {
         public static let localIO = Kind("local-io")
         /// An operation was asked for in a state that does not allow it.
         public static let invalidState = Kind("invalid-state")
+        /// The caller cancelled the operation (its task, or `disconnect()` during a connect).
+        public static let cancelled = Kind("cancelled")
         /// A bug in cf-access-tcp.
         public static let `internal` = Kind("internal")
         /// A failure made without a kind (``TunnelFailure/init(category:isRetryable:message:detail:subject:kind:)``
@@ -110,7 +112,7 @@ extension TunnelFailure {
             .metadataInvalid, .keySetUnavailable, .loginFailed, .loginTimedOut, .loginCancelled, .loginLockTimedOut,
             .transferServiceFailed, .certificateRefused, .noAccessApplication, .notFound, .unexpectedRedirect, .tokenCache, .configuration,
             .protocolViolation, .unexpectedStatus, .oversizedAnswer, .outOfFileDescriptors, .localIO, .invalidState,
-            .internal, .unspecified,
+            .cancelled, .internal, .unspecified,
         ]
     }
 }

@@ -52,6 +52,9 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
         case `internal`
         /// The machine ran out of something we need: file descriptors, memory.
         case localResource
+        /// The caller stopped the operation: its task was cancelled, or the session was
+        /// disconnected while it ran.
+        case cancelled
     }
 
     /// What went wrong; stable, for code to act on.
@@ -134,7 +137,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     /// The failure for each kind of refused upgrade. `.accessLoginRequired` is
     /// `accessRejected(host:credential: .none, loginURL:)`; callers that know which
     /// credential they offered call `accessRejected` themselves.
-    public static func refused(host: String, refusal: UpgradeRefusal) -> TunnelFailure {
+    package static func refused(host: String, refusal: UpgradeRefusal) -> TunnelFailure {
         let host = Display.oneLine(host)
         switch refusal {
         case .accessLoginRequired(let loginURL):
@@ -187,7 +190,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     // MARK: Transport
 
     /// The TLS handshake with `host` failed. Category `.transport`, not retryable.
-    public static func tls(host: String, reason: String) -> TunnelFailure {
+    package static func tls(host: String, reason: String) -> TunnelFailure {
         let host = Display.oneLine(host)
         var reason = Redaction.scrub(reason)
         while reason.hasSuffix(".") { reason.removeLast() }
@@ -199,7 +202,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     /// `host` did not resolve. Category `.transport`, retryable.
-    public static func dns(host: String) -> TunnelFailure {
+    package static func dns(host: String) -> TunnelFailure {
         let host = Display.oneLine(host)
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
@@ -208,7 +211,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     /// The TCP connection to `address` was refused. Category `.transport`, retryable.
-    public static func connectionRefused(address: String) -> TunnelFailure {
+    package static func connectionRefused(address: String) -> TunnelFailure {
         let address = Display.oneLine(address)
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
@@ -218,7 +221,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// No route, interface down or similar. `detail` (e.g. the system's words) goes to
     /// `detail`, scrubbed. Category `.transport`, retryable.
-    public static func networkUnavailable(detail: String) -> TunnelFailure {
+    package static func networkUnavailable(detail: String) -> TunnelFailure {
         TunnelFailure(
             trusted: .transport, isRetryable: true,
             message: "Network unavailable: check your network connection, then try again",
@@ -227,7 +230,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// Nothing came back from `host` within `seconds`. The message starts with
     /// "Connection timed out." Category `.transport`, retryable.
-    public static func timedOut(host: String, seconds: Int) -> TunnelFailure {
+    package static func timedOut(host: String, seconds: Int) -> TunnelFailure {
         let host = Display.oneLine(host)
         return TunnelFailure(
             trusted: .transport, isRetryable: true,
@@ -240,7 +243,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// The other side broke the carrier protocol, e.g. sent a text frame. `what` is scrubbed.
     /// Category `.protocolViolation`, not retryable.
-    public static func protocolViolation(_ what: String) -> TunnelFailure {
+    package static func protocolViolation(_ what: String) -> TunnelFailure {
         let what = Redaction.scrub(what)
         return TunnelFailure(
             trusted: .protocolViolation, isRetryable: false,
@@ -257,7 +260,7 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
 
     /// No file descriptor could be had (EMFILE/ENFILE): says the limit and how to raise it.
     /// Category `.localResource`, retryable (another connection may end).
-    public static func outOfFileDescriptors(limit: Int?, what: String) -> TunnelFailure {
+    package static func outOfFileDescriptors(limit: Int?, what: String) -> TunnelFailure {
         let shown = limit.map { " (the limit is \($0))" } ?? ""
         return TunnelFailure(trusted: .localResource, isRetryable: true,
                              message: "Too many open files\(shown): close some connections or raise the limit with `ulimit -n`",
@@ -281,6 +284,14 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             trusted: .invalidState, isRetryable: false,
             message: "Invalid state: \(what)",
             detail: what, kind: .invalidState)
+    }
+
+    /// The caller stopped `what` (a connect, a read): its task was cancelled or the session
+    /// disconnected. Category `.cancelled`, not retryable.
+    public static func cancelled(_ what: String) -> TunnelFailure {
+        let what = Redaction.scrub(what)
+        return TunnelFailure(trusted: .cancelled, isRetryable: false, message: "Cancelled: \(what)", detail: what,
+                             kind: .cancelled)
     }
 
     /// "302 Found" style text for a status code.

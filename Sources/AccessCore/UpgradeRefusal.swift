@@ -1,5 +1,5 @@
 /// What an answer other than `101 Switching Protocols` to the WebSocket upgrade means.
-public enum UpgradeRefusal: Sendable, Equatable {
+package enum UpgradeRefusal: Sendable, Equatable {
     /// `302` with a `Location` whose path starts with `/cdn-cgi/access/login`: Access wants
     /// a login (or rejected the credential offered). `loginURL` is the `Location` as sent; it
     /// may hold a query, so show it only through `TunnelFailure` or `Redaction`.
@@ -18,14 +18,14 @@ public enum UpgradeRefusal: Sendable, Equatable {
     case unexpectedStatus(Int)
 
     /// The path every Access login redirect points to.
-    public static let accessLoginPath = "/cdn-cgi/access/login"
+    package static let accessLoginPath = "/cdn-cgi/access/login"
 
     /// Classifies a refused upgrade from its status code and `Location` header.
     ///
     /// Only a `302` whose `Location` *path* starts with `/cdn-cgi/access/login` (absolute
     /// URL, scheme-relative `//host/…` or absolute path) is `accessLoginRequired`; the same
     /// text in a query, another path, or another 3xx status is `redirect`.
-    public static func classify(status: Int, location: String?) -> UpgradeRefusal {
+    package static func classify(status: Int, location: String?) -> UpgradeRefusal {
         switch status {
         case 302:
             if let location, isAccessLoginLocation(location) {
@@ -48,7 +48,7 @@ public enum UpgradeRefusal: Sendable, Equatable {
     }
 
     /// Whether a `Location` value's path starts with `/cdn-cgi/access/login`.
-    public static func isAccessLoginLocation(_ location: String) -> Bool {
+    package static func isAccessLoginLocation(_ location: String) -> Bool {
         locationPath(location).hasPrefix(accessLoginPath)
     }
 

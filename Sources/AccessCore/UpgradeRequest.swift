@@ -1,22 +1,22 @@
 /// Header names of the Access carrier protocol (PROTOCOL.md §1).
-public enum AccessHeaderName {
+package enum AccessHeaderName {
     /// `User-Agent`.
-    public static let userAgent = "User-Agent"
+    package static let userAgent = "User-Agent"
     /// `Cf-Access-Token`: the application token (JWT) of the browser login path.
-    public static let accessToken = "Cf-Access-Token"
+    package static let accessToken = "Cf-Access-Token"
     /// `Cf-Access-Client-Id`: the service token's Client ID.
-    public static let clientID = "Cf-Access-Client-Id"
+    package static let clientID = "Cf-Access-Client-Id"
     /// `Cf-Access-Client-Secret`: the service token's Client Secret.
-    public static let clientSecret = "Cf-Access-Client-Secret"
+    package static let clientSecret = "Cf-Access-Client-Secret"
     /// `Cf-Access-Jump-Destination`: the `host:port` a bastion should connect to.
-    public static let jumpDestination = "Cf-Access-Jump-Destination"
+    package static let jumpDestination = "Cf-Access-Jump-Destination"
 
     /// Names the WebSocket library owns; a user header with one of them is refused.
     /// Also refused: any name starting with `Sec-WebSocket-`.
-    public static let reserved: [String] = ["Host", "Connection", "Upgrade", "Content-Length", "Transfer-Encoding"]
+    package static let reserved: [String] = ["Host", "Connection", "Upgrade", "Content-Length", "Transfer-Encoding"]
 
     /// Whether a user may not set a header called `name` (case-insensitive).
-    public static func isReserved(_ name: String) -> Bool {
+    package static func isReserved(_ name: String) -> Bool {
         let lowered = name.asciiLowercased
         return reserved.contains { $0.asciiLowercased == lowered } || lowered.hasPrefix("sec-websocket-")
     }
@@ -26,14 +26,14 @@ public enum AccessHeaderName {
 ///
 /// `description`, `debugDescription` and reflection show secret header values as
 /// `[redacted]`.
-public struct UpgradeRequest: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+package struct UpgradeRequest: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The origin to dial; the carrier sends `Host: origin.hostHeader` and requests
     /// `origin.webSocketURL`.
-    public let origin: OriginURL
+    package let origin: OriginURL
     /// The headers to send, in order: each built-in name once, and every value of a `-H` name
     /// that repeats (one line each, as cloudflared sends them). Neither `Host` nor the WebSocket
     /// protocol headers (`Upgrade`, `Connection`, `Sec-WebSocket-*`): the carrier adds those.
-    public let headers: [HeaderField]
+    package let headers: [HeaderField]
 
     init(origin: OriginURL, headers: [HeaderField]) {
         self.origin = origin
@@ -42,30 +42,30 @@ public struct UpgradeRequest: Sendable, Equatable, CustomStringConvertible, Cust
 
     /// `Name: value` lines with secret values replaced by `[redacted]`: the only form that
     /// may be logged.
-    public var redactedHeaderLines: [String] { headers.map(\.redactedLine) }
+    package var redactedHeaderLines: [String] { headers.map(\.redactedLine) }
 
     /// The (first) value of the header called `name` (case-insensitive), if present.
-    public func value(forHeader name: String) -> String? {
+    package func value(forHeader name: String) -> String? {
         let lowered = name.asciiLowercased
         return headers.first { $0.name.asciiLowercased == lowered }?.value
     }
 
     /// `GET wss://host/path` followed by the redacted header lines, on one line.
-    public var description: String {
+    package var description: String {
         "GET " + origin.webSocketURL + " [" + redactedHeaderLines.joined(separator: "; ") + "]"
     }
 
     /// Same as `description`.
-    public var debugDescription: String { "UpgradeRequest(" + description + ")" }
+    package var debugDescription: String { "UpgradeRequest(" + description + ")" }
 
     /// Reflection with secret header values redacted.
-    public var customMirror: Mirror {
+    package var customMirror: Mirror {
         Mirror(self, children: ["origin": origin, "headers": redactedHeaderLines], displayStyle: .struct)
     }
 }
 
 /// Builds the upgrade request from checked configuration. Pure: no I/O, no login.
-public enum RequestBuilder {
+package enum RequestBuilder {
     /// Builds the header list of the WebSocket upgrade.
     ///
     /// Order: `User-Agent`, `Cf-Access-Token` (if `accessToken`), `Cf-Access-Client-Id` and
@@ -86,7 +86,7 @@ public enum RequestBuilder {
     /// - Throws: `ConfigurationError` for an invalid or reserved name, a value with a line
     ///   break or control character, an empty token, or a malformed destination. Messages
     ///   never show a header value.
-    public static func upgradeRequest(
+    package static func upgradeRequest(
         origin: OriginURL,
         userAgent: String,
         serviceToken: ServiceToken?,
@@ -122,8 +122,8 @@ public enum RequestBuilder {
         if let serviceToken {
             // ServiceToken's initializer checked both values; check again since they are
             // about to become header lines.
-            try HeaderField.checkValue(serviceToken.clientID, label: "--service-token-id")
-            try HeaderField.checkValue(serviceToken.clientSecret, label: "--service-token-secret")
+            try HeaderField.checkValue(serviceToken.clientID, label: ConfigurationError.Setting.serviceTokenID.placeholder)
+            try HeaderField.checkValue(serviceToken.clientSecret, label: ConfigurationError.Setting.serviceTokenSecret.placeholder)
             add(HeaderField(name: AccessHeaderName.clientID, value: serviceToken.clientID))
             add(HeaderField(name: AccessHeaderName.clientSecret, value: serviceToken.clientSecret))
         }
@@ -134,12 +134,12 @@ public enum RequestBuilder {
 
         let builtIn = seen
         for field in extraHeaders {
-            try HeaderField.checkName(field.name, option: "--header")
+            try HeaderField.checkName(field.name, option: ConfigurationError.Setting.header.placeholder)
             if AccessHeaderName.isReserved(field.name) {
                 throw ConfigurationError(
-                    "--header \(HeaderField.shownName(field.name)) is not allowed: the WebSocket library sets \(field.name) itself")
+                    "\(ConfigurationError.Setting.header.placeholder) \(HeaderField.shownName(field.name)) is not allowed: the WebSocket library sets \(field.name) itself")
             }
-            try HeaderField.checkValue(field.value, label: "--header \(HeaderField.shownName(field.name))")
+            try HeaderField.checkValue(field.value, label: "\(ConfigurationError.Setting.header.placeholder) \(HeaderField.shownName(field.name))")
             // Built-in names are taken; a user name may repeat.
             if !builtIn.contains(field.name.asciiLowercased) { headers.append(field) }
         }
@@ -148,7 +148,7 @@ public enum RequestBuilder {
 
     /// Checks `--destination` and returns it normalized as `host:port` (`[v6]:port`).
     static func parseDestination(_ raw: String) throws(ConfigurationError) -> String {
-        let flag = "--destination"
+        let flag = ConfigurationError.Setting.destination.placeholder
         var scalars = raw.scalarArray.trimming { $0.properties.isWhitespace }
         let shown = Display.quoted(String(scalars: scalars))
         let formError = ConfigurationError(

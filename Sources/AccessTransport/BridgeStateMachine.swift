@@ -423,7 +423,7 @@ struct BridgeStateMachine: Equatable {
             let seconds = settings.keepaliveSeconds
             switch keepalive.tick(sent: bytesToOrigin, received: bytesFromOrigin) {
             case .close:
-                noteEnd(.keepaliveTimeout(seconds: KeepaliveState.deadAfter * seconds))
+                noteEnd(.keepaliveTimeout(after: .seconds(KeepaliveState.deadAfter * seconds)))
                 closeBoth(now, &actions)
             case .ping:
                 actions.append(.sendControl(opcode: WebSocketFrames.opPing, payload: []))

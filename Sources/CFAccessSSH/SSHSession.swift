@@ -54,7 +54,7 @@ public final class SSHSession: @unchecked Sendable {
     /// Creates a session on a tunnel stream; the session owns the stream and closes it in
     /// ``disconnect(description:)``.
     public convenience init(stream: TunnelStream, configuration: Configuration) throws(SSHFailure) {
-        try self.init(descriptor: stream.fileDescriptor, configuration: configuration, owning: stream)
+        try self.init(descriptor: stream.fileDescriptor.rawValue, configuration: configuration, owning: stream)
     }
 
     /// Creates a session on `fileDescriptor`, a connected stream socket (libssh2 calls send/recv

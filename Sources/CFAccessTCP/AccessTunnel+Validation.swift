@@ -21,31 +21,31 @@ extension AccessTunnel.Options {
         public let field: Field
         /// What it must be, e.g. "between 1 and 600 seconds".
         public let allowed: String
-        /// The value given, as text.
+        /// The value given, as text (a duration in seconds).
         public let given: String
 
         /// "connectTimeout must be between 1 and 600 seconds (got 0)".
         public var description: String { "\(field.rawValue) must be \(allowed) (got \(given))" }
     }
 
-    /// Seconds allowed for ``connectTimeout``.
-    public static let connectTimeoutRange: ClosedRange<Double> = 1...600
-    /// Seconds allowed for ``keepaliveInterval`` (0 = off).
-    public static let keepaliveRange: ClosedRange<Int> = 0...86_400
-    /// Seconds allowed for ``halfCloseLinger`` (0 = close at once).
-    public static let halfCloseLingerRange: ClosedRange<Double> = 0...3600
+    /// The range of ``connectTimeout``.
+    public static let connectTimeoutRange: ClosedRange<Duration> = .seconds(1) ... .seconds(600)
+    /// The range of ``keepaliveInterval`` (`.zero` = off).
+    public static let keepaliveRange: ClosedRange<Duration> = .zero ... .seconds(86_400)
+    /// The range of ``halfCloseLinger`` (`.zero` = close at once).
+    public static let halfCloseLingerRange: ClosedRange<Duration> = .zero ... .seconds(3600)
     /// Retries allowed (attempts less one).
     public static let retriesRange: ClosedRange<Int> = 0...10
 
     /// Checks every range; `connect` and `openStream` call it first, so nothing starts with an
     /// option that makes no sense. Throws the first option out of range.
     public func validate() throws(OutOfRange) {
-        guard Self.connectTimeoutRange.contains(connectTimeout), connectTimeout.isFinite else {
+        guard Self.connectTimeoutRange.contains(connectTimeout) else {
             throw OutOfRange(field: .connectTimeout, allowed: "between 1 and 600 seconds", given: Self.shown(connectTimeout))
         }
         guard Self.keepaliveRange.contains(keepaliveInterval) else {
             throw OutOfRange(field: .keepaliveInterval, allowed: "between 0 (off) and 86400 seconds",
-                             given: String(keepaliveInterval))
+                             given: Self.shown(keepaliveInterval))
         }
         guard Self.halfCloseLingerRange.contains(halfCloseLinger) else {
             throw OutOfRange(field: .halfCloseLinger, allowed: "between 0 (close at once) and 3600 seconds",
@@ -59,7 +59,10 @@ extension AccessTunnel.Options {
         }
     }
 
-    private static func shown(_ value: Double) -> String {
-        value.rounded() == value && value.isFinite && abs(value) < 1e15 ? String(Int(value)) : String(value)
+    /// A duration in seconds, as a whole number when it is one ("601", "-0.5").
+    private static func shown(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        if attoseconds == 0 { return String(seconds) }
+        return String(Double(seconds) + Double(attoseconds) / 1e18)
     }
 }

@@ -3,66 +3,75 @@ import AccessTransport
 import Foundation
 import Logging
 
-/// A tunnel to one Access-protected host, for apps that embed it: connect, watch the state,
-/// disconnect.
+/// A tunnel to one Access-protected host, for apps that embed it: connect (a local port) or
+/// open a stream (no port), watch the state, disconnect.
 ///
 /// ```swift
-/// let tunnel = AccessTunnel()
-/// let port = try await tunnel.connect(hostname: "ssh.example.com",
-///                                     method: .serviceToken(try ServiceToken(clientID: id, clientSecret: secret)))
-/// // point an SSH client at 127.0.0.1:port
-/// await tunnel.disconnect()
+/// let token = try ServiceToken(clientID: id, clientSecret: secret)
+/// try await withAccessTunnel(options: AccessTunnel.Options(connectTimeout: .seconds(10))) { tunnel in
+///     let port = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
+///     // point an SSH client at 127.0.0.1:port
+/// }   // disconnected here, whatever happened inside
 /// ```
 ///
-/// The decisions live in `SessionStateMachine` (a value, no I/O); this actor performs its
-/// actions and feeds back what happened.
+/// Cancelling the task that awaits ``connect(hostname:method:)`` or
+/// ``openStream(hostname:method:)`` stops them, a login included. The session's decisions live
+/// in a state machine of the package's core (a value, no I/O); this actor performs its actions
+/// and feeds back what happened.
 public actor AccessTunnel {
-    /// What a session needs besides the hostname and credential.
+    /// What a session needs besides the hostname and credential. Every option has a default and
+    /// can be set in the initialiser; ``validate()`` checks the ranges (``connect(hostname:method:)``
+    /// calls it first).
     public struct Options: Sendable {
         /// Dial another address than the hostname (tests, private edges).
         public var connectTo: ConnectTarget?
-        /// CA certificates to trust instead of the system store.
+        /// A PEM file of CA certificates to trust instead of the system store.
         public var caFile: String?
         /// Extra upgrade headers.
         public var extraHeaders: [HeaderField]
-        /// `Cf-Access-Jump-Destination` (bastion mode).
+        /// `Cf-Access-Jump-Destination` (bastion mode): the `host:port` the edge should reach.
         public var destination: String?
-        /// The local address; port 0 = ephemeral.
+        /// The local address of ``AccessTunnel/connect(hostname:method:)``'s listener; port 0
+        /// asks the system for a free one.
         public var listenAddress: ListenAddress
-        /// Seconds allowed for authenticating and opening the WebSocket.
-        public var connectTimeout: Double
-        /// Retries of retryable failures.
+        /// Time allowed for authenticating with a credential at hand and opening the WebSocket
+        /// (a login in a browser has its own bounds). Between 1 s and 10 min.
+        public var connectTimeout: Duration
+        /// Retries of retryable failures (the network, the edge).
         public var retry: RetryPolicy
-        /// Listener limits.
+        /// Limits of the local listener.
         public var limits: ListenerLimits
-        /// Seconds between WebSocket pings on an idle tunnel (0 = none).
-        public var keepaliveInterval: Int
-        /// `--resolve HOST:PORT:ADDR` overrides for the WebSocket dial.
+        /// Silence after which an idle tunnel is pinged (`.zero`: never). At most 24 h; whole
+        /// seconds (a fraction counts as a second more).
+        public var keepaliveInterval: Duration
+        /// `HOST:PORT:ADDR` overrides for the WebSocket dial, like curl's `--resolve`.
         public var resolveOverrides: [ResolveOverride]
         /// An HTTP proxy for the WebSocket dial (see ``ProxySettings/fromEnvironment(_:host:port:)``).
         public var proxy: ProxySettings?
-        /// Seconds a tunnel keeps delivering the edge's bytes after the local side finished
-        /// sending (half-close), unless the edge closes first; 0 closes at once. Default 5.
-        public var halfCloseLinger: Double = 5
+        /// How long a tunnel keeps delivering the edge's bytes after the local side finished
+        /// sending (half-close), unless the edge closes first; `.zero` closes at once. At most 1 h.
+        public var halfCloseLinger: Duration
 
-        /// The library's defaults: 127.0.0.1:0, 15 s, retries after 1/5/15 s, one connection,
-        /// keepalive every 30 s.
+        /// The library's defaults: 127.0.0.1 on a free port, 15 s to connect, retries after
+        /// 1/5/15 s, one connection, keepalive every 30 s, a 5 s half-close linger.
         public init(connectTo: ConnectTarget? = nil, caFile: String? = nil, extraHeaders: [HeaderField] = [],
-                    destination: String? = nil, listenAddress: ListenAddress? = nil, connectTimeout: Double = 15,
-                    retry: RetryPolicy = .standard, limits: ListenerLimits = .singleConnection,
-                    keepaliveInterval: Int = 30, resolveOverrides: [ResolveOverride] = [],
-                    proxy: ProxySettings? = nil) {
-            self.resolveOverrides = resolveOverrides
-            self.proxy = proxy
+                    destination: String? = nil, listenAddress: ListenAddress = .loopbackAnyPort,
+                    connectTimeout: Duration = .seconds(15), retry: RetryPolicy = .standard,
+                    limits: ListenerLimits = .singleConnection, keepaliveInterval: Duration = .seconds(30),
+                    resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil,
+                    halfCloseLinger: Duration = .seconds(5)) {
             self.connectTo = connectTo
             self.caFile = caFile
             self.extraHeaders = extraHeaders
             self.destination = destination
-            self.listenAddress = listenAddress ?? (try! ListenAddress.parse("127.0.0.1:0", allowNonLoopback: false))
+            self.listenAddress = listenAddress
             self.connectTimeout = connectTimeout
             self.retry = retry
             self.limits = limits
             self.keepaliveInterval = keepaliveInterval
+            self.resolveOverrides = resolveOverrides
+            self.proxy = proxy
+            self.halfCloseLinger = halfCloseLinger
         }
     }
 
@@ -85,23 +94,36 @@ public actor AccessTunnel {
     private var work: [Task<Void, Never>] = []
     private var deadline: Task<Void, Never>?
     private var generation = 0
-    /// Discovery found no Access application in front of the origin: dials go without a credential.
-    private var noAccessApplication = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
+    /// The OAuth flow's work while it runs (a login may be waiting on a person): cancelled and
+    /// awaited by a teardown, so that `disconnect()` returns with the login over.
+    private var loginWork: (generation: Int, task: Task<Void, Never>)?
+    /// Why a connect in progress was stopped (`disconnect()` or the caller's cancellation).
+    private var stopped: TunnelFailure?
+    /// Counts `connect`/`openStream` calls (retries within one call do not count).
+    private var connectCalls = 0
     /// Why the last connected tunnel ended by itself (nil while it runs or after `disconnect`).
     public private(set) var lastEnd: TunnelEnd?
 
     /// Creates a session in `.idle`.
     /// - Parameters:
-    ///   - options: everything but the hostname and the credential (see ``Options``).
-    ///   - logger: where the session logs (never a secret, at any level).
-    ///   - transport: the I/O (default: libwebsockets); tests pass scripted doubles.
+    ///   - options: everything but the hostname and the credential.
+    ///   - logger: where the session logs (a failed connection of the listener at warning level;
+    ///     no secret at any level).
     ///   - clock: waits for retries and the connect deadline (default: real time).
     public init(options: Options = Options(), logger: Logger = Logger(label: "cf-access-tcp"),
-                transport: (any TunnelTransport)? = nil, clock: any WallClock = SystemWallClock()) {
+                clock: any WallClock = SystemWallClock()) {
+        self.init(options: options, logger: logger,
+                  transport: LiveTunnelTransport(logger: logger) { message in logger.warning("\(message)") }, clock: clock)
+    }
+
+    /// A session on another transport: the tool's (which reports failed connections on
+    /// stderr), or a test's scripted double.
+    package init(options: Options = Options(), logger: Logger, transport: any TunnelTransport,
+                 clock: any WallClock = SystemWallClock()) {
         self.options = options
         self.logger = logger
-        self.transport = transport ?? LiveTunnelTransport(logger: logger)
+        self.transport = transport
         self.clock = clock
         self.states = StateBroadcaster(initial: .idle)
     }
@@ -114,8 +136,14 @@ public actor AccessTunnel {
     public nonisolated var currentState: ConnectionState { states.current }
 
     /// Authenticates, proves the edge accepts the credential, binds the local listener and
-    /// returns its port. Throws ``TunnelFailure`` (category `.invalidState` if a session is
-    /// already in progress or up; the state then does not change).
+    /// returns its port.
+    ///
+    /// Cancelling the calling task stops the connect (the dial, a login in progress with its
+    /// polls and lock) and throws kind `.loginCancelled` during a login, `.cancelled` otherwise;
+    /// the session is then `.disconnected`. ``disconnect()`` from another task does the same.
+    ///
+    /// - Throws: ``TunnelFailure`` (category `.invalidState` if a session is already in progress
+    ///   or up; the state then does not change).
     public func connect(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> UInt16 {
         try await start(hostname: hostname, method: method, mode: .listener)
         guard case .connected(let port) = machine.state, let _ = serving else {
@@ -124,9 +152,11 @@ public actor AccessTunnel {
         return port
     }
 
-    /// Opens the tunnel as a connected socket with no TCP port at all (for libssh2-style
-    /// consumers). The session is `.connected(localPort: 0)` until `disconnect()` or the
-    /// stream closes.
+    /// Opens the tunnel as a byte stream with no TCP port at all: async reads and writes for
+    /// Swift, or the descriptor for libssh2 and SwiftNIO (``TunnelStream``). The session is
+    /// `.connected(localPort: 0)` until `disconnect()` or the tunnel ends.
+    ///
+    /// Cancellation and `disconnect()` stop it as they stop ``connect(hostname:method:)``.
     public func openStream(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> TunnelStream {
         try await start(hostname: hostname, method: method, mode: .stream)
         guard case .connected = machine.state, let stream else { throw failureOfCurrentState() }
@@ -134,10 +164,37 @@ public actor AccessTunnel {
     }
 
     /// Closes the listener and every bridged connection (each WebSocket with a Close frame) and
-    /// returns once they are closed and the port is free. Idempotent.
+    /// returns once they are closed and the port is free. A connect in progress stops: a login
+    /// ends (its polls stop, its login lock is released before this returns) and the connect
+    /// throws kind `.loginCancelled`, or `.cancelled` during a dial. Idempotent.
     public func disconnect() async {
+        noteStop()
+        let login = loginWork?.task
         await perform(machine.handle(.disconnectRequested))
+        if let login {
+            // The teardown cancelled it: it unwinds (its poll aborted, its lock released) before
+            // disconnect returns; bounded, in case an app's flow ignores cancellation.
+            let done = OneShot<Void>()
+            Task { await login.value; done.signal() }
+            if await done.value(within: 10) == nil {
+                logger.warning("the OAuth flow did not stop within 10 s of its cancellation")
+            }
+        }
         wakeWaiters()
+    }
+
+    /// The caller's task was cancelled while connect or openStream call number `call` ran.
+    private func cancelConnect(call: Int) async {
+        guard call == connectCalls, !machine.state.isTerminal, !isConnected else { return }
+        logger.debug("connect cancelled by its task")
+        await disconnect()
+    }
+
+    /// Notes why a connect in progress stops: a login was running, or a dial.
+    private func noteStop() {
+        guard !machine.state.isTerminal, !isConnected, let origin else { return }
+        let loginRunning = machine.state == .authenticating && loginWork?.generation == generation
+        stopped = loginRunning ? .loginCancelled(host: origin.host) : .cancelled("connecting to \(origin.host)")
     }
 
     // MARK: Driving the machine
@@ -166,14 +223,20 @@ public actor AccessTunnel {
         self.method = method
         self.mode = mode
         self.appToken = nil
-        self.noAccessApplication = false
         self.stream = nil
         self.lastEnd = nil
+        self.stopped = nil
         generation += 1
-        await perform(actions)
-        // Wait until the machine settles: connected, failed or disconnected.
-        while !(machine.state.isTerminal || isConnected) {
-            await withCheckedContinuation { waiters.append($0) }
+        connectCalls += 1
+        let call = connectCalls
+        await withTaskCancellationHandler {
+            await perform(actions)
+            // Wait until the machine settles: connected, failed or disconnected.
+            while !(machine.state.isTerminal || isConnected) {
+                await withCheckedContinuation { waiters.append($0) }
+            }
+        } onCancel: {
+            Task { await self.cancelConnect(call: call) }
         }
     }
 
@@ -185,19 +248,13 @@ public actor AccessTunnel {
     private func failureOfCurrentState() -> TunnelFailure {
         switch machine.state {
         case .failed(let failure): return failure
-        case .disconnected: return TunnelFailure.invalidState("the tunnel was disconnected while connecting")
+        case .disconnected: return stopped ?? TunnelFailure.cancelled("the connect was stopped by disconnect()")
         default: return TunnelFailure.internalError("the tunnel ended in state \(machine.state)")
         }
     }
 
     private func feed(_ event: SessionStateMachine.Event, generation: Int) async {
         guard generation == self.generation else { return }   // from an attempt that no longer matters
-        var event = event
-        if case .dialFailed(let failure) = event, noAccessApplication, failure.category == .authentication, let origin {
-            // Discovery found no Access application, yet the edge asks for an Access login: as
-            // cloudflared reports it, the application is missing (a wrong hostname, mostly).
-            event = .dialFailed(.noAccessApplication(url: origin.httpsURL))
-        }
         await perform(machine.handle(event))
         wakeWaiters()
     }
@@ -225,12 +282,12 @@ public actor AccessTunnel {
                 dial(credential)
             case .openLocal:
                 openLocal()
-            case .scheduleRetry(let seconds, let attempt):
-                logger.info("retrying in \(seconds) s (attempt \(attempt))")
+            case .scheduleRetry(let delay, let attempt):
+                logger.info("retrying in \(delay) (attempt \(attempt))")
                 let generation = self.generation
                 let clock = self.clock
                 work.append(Task {
-                    guard await clock.sleep(seconds: seconds) else { return }
+                    guard await clock.sleep(for: delay) else { return }
                     await self.feed(.retryDue, generation: generation)
                 })
             case .tearDown:
@@ -243,16 +300,27 @@ public actor AccessTunnel {
         deadline?.cancel()
         let generation = self.generation
         let clock = self.clock
-        let seconds = options.connectTimeout
+        let timeout = options.connectTimeout
         let host = origin?.host ?? "the edge"
         deadline = Task {
-            guard await clock.sleep(seconds: seconds) else { return }
-            await self.feed(.deadlinePassed(.timedOut(host: host, seconds: Int(seconds.rounded(.up)))), generation: generation)
+            guard await clock.sleep(for: timeout) else { return }
+            await self.feed(.deadlinePassed(.timedOut(host: host, seconds: timeout.wholeSecondsRoundedUp)), generation: generation)
         }
     }
 
     private func authenticate(_ credential: SessionStateMachine.Credential, refresh: Bool) {
         let generation = self.generation
+        if credential == .stored {
+            // The first dial of an OAuth session goes out with what the flow has stored, or with
+            // nothing: only the Access login redirect starts discovery and a login (issue 17.7).
+            let flow = oauthFlow
+            guard let origin else { return }
+            work.append(Task {
+                let token = await flow?.storedAppToken(for: origin)
+                await self.storedTokenLookedUp(token, generation: generation)
+            })
+            return
+        }
         guard credential == .oauth else {
             work.append(Task { await self.feed(.authenticated, generation: generation) })
             return
@@ -264,20 +332,16 @@ public actor AccessTunnel {
             return
         }
         guard let origin else { return }
-        work.append(Task {
+        let task = Task {
             do throws(TunnelFailure) {
                 let token = try await flow.appToken(for: origin, refresh: refresh)
                 await self.tokenArrived(token, generation: generation)
-            } catch where error == .noAccessApplication(url: origin.httpsURL) {
-                // No Access application in front of the origin (a tunnel without a policy, a
-                // plain WebSocket server): dial without a credential, as cloudflared does. An
-                // Access login redirect on that dial still ends as an authentication failure.
-                self.logger.debug("no Access application at \(origin.httpsURL); connecting without a credential")
-                await self.noAccessApplicationFound(generation: generation)
             } catch {
                 await self.feed(.authenticationFailed(error), generation: generation)
             }
-        })
+        }
+        loginWork = (generation, task)
+        work.append(task)
     }
 
     /// Where OAuth tokens come from: the method's flow, or the fixed token.
@@ -286,10 +350,11 @@ public actor AccessTunnel {
         return method.flow
     }
 
-    private func noAccessApplicationFound(generation: Int) async {
+    private func storedTokenLookedUp(_ token: String?, generation: Int) async {
         guard generation == self.generation else { return }
-        noAccessApplication = true
-        await tokenArrived(nil, generation: generation)
+        appToken = token
+        logger.debug(token == nil ? "dialling without a credential first" : "dialling with the stored app token first")
+        await feed(.storedTokenLookedUp(found: token != nil), generation: generation)
     }
 
     private func tokenArrived(_ token: String?, generation: Int) async {
@@ -301,16 +366,16 @@ public actor AccessTunnel {
     private func carrierConfiguration(_ credential: SessionStateMachine.Credential) throws(TunnelFailure) -> CarrierConfiguration {
         guard let origin else { throw TunnelFailure.internalError("no origin") }
         let serviceToken = credential == .serviceToken ? method.serviceToken : nil
-        let accessToken = credential == .oauth ? appToken : nil
+        let accessToken = credential == .serviceToken ? nil : appToken
         let request = try Self.upgradeRequest(origin: origin, options: options,
                                               serviceToken: serviceToken, accessToken: accessToken)
         let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
         return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
                                     credential: kind,
-                                    handshakeTimeoutSeconds: max(1, Int(options.connectTimeout.rounded(.up))),
-                                    keepaliveSeconds: options.keepaliveInterval,
+                                    handshakeTimeoutSeconds: max(1, options.connectTimeout.wholeSecondsRoundedUp),
+                                    keepaliveSeconds: options.keepaliveInterval.wholeSecondsRoundedUp,
                                     resolveOverrides: options.resolveOverrides, proxy: options.proxy)
-            .withHalfCloseLinger(options.halfCloseLinger)
+            .withHalfCloseLinger(options.halfCloseLinger.secondsValue)
     }
 
     /// The upgrade request for `origin` with the session's options and one credential.
@@ -445,15 +510,19 @@ public actor AccessTunnel {
         guard generation == self.generation, end != .shutdown else { return }
         logger.debug("tunnel ended: \(end)")
         lastEnd = end
+        // The stream is the caller's now: what the edge sent before the end is still in it, to
+        // be read (and the end's failure reported by its reads).
+        stream = nil
         await feed(.connectionLost(end.failure(host: host)), generation: generation)
     }
 
     private func tearDown() async {
         deadline?.cancel()
         deadline = nil
+        generation += 1
         work.forEach { $0.cancel() }
         work.removeAll()
-        generation += 1
+        loginWork = nil
         if let (stream, serving) = pendingStream {
             pendingStream = nil
             stream.close()

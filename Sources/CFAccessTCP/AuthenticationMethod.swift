@@ -2,17 +2,33 @@ import AccessCore
 
 /// Supplies an Access application token for an origin, by whatever means suits the app: the
 /// built-in browser/device login, an in-app browser, a token the app already holds.
+///
+/// A session asks ``storedAppToken(for:)`` first and dials with that token, or with none; only
+/// when the edge answers with the Access login redirect does it ask ``appToken(for:refresh:)``
+/// (an origin without Access never sees a login, as with cloudflared).
 public protocol OAuthFlow: Sendable {
-    /// Returns an app token (JWT) for `origin`. With `refresh`, Access rejected the previous
-    /// token: drop any cached one and get a new one.
+    /// Returns an app token (JWT) for `origin`, logging in if needed. With `refresh`, Access
+    /// rejected the token the flow gave before: drop it from any cache and get a new one.
+    /// Cancelling the calling task must end a login in progress (throw kind `.loginCancelled`).
     func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String
+
+    /// A token for `origin` the flow already holds, found without a network request or a
+    /// person (nil: dial without a credential first). Default: nil.
+    func storedAppToken(for origin: OriginURL) async -> String?
+}
+
+extension OAuthFlow {
+    /// No stored token: the first dial goes without a credential.
+    public func storedAppToken(for origin: OriginURL) async -> String? { nil }
 }
 
 /// How a session proves itself to Cloudflare Access.
 public enum AuthenticationMethod: Sendable {
     /// Service token headers (`Cf-Access-Client-Id` / `Cf-Access-Client-Secret`).
     case serviceToken(ServiceToken)
-    /// An OAuth app token from `flow`.
+    /// An OAuth app token from `flow`. The first dial carries the flow's stored token, or none;
+    /// discovery and a login run only when Access answers with its login redirect, so an origin
+    /// without Access connects without either.
     case oauth(any OAuthFlow)
     /// The service token first; if Access rejects it, OAuth through `flow`. Never by surprise:
     /// only this case falls back.
@@ -40,7 +56,8 @@ public enum AuthenticationMethod: Sendable {
         switch self {
         case .serviceToken, .none: return (.serviceToken, false)
         case .serviceTokenWithOAuthFallback: return (.serviceToken, true)
-        case .oauth, .accessToken: return (.oauth, false)
+        case .oauth: return (.stored, true)
+        case .accessToken: return (.oauth, false)
         }
     }
 }

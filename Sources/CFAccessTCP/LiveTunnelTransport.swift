@@ -4,19 +4,19 @@ import Foundation
 import Logging
 
 /// The libwebsockets transport.
-public struct LiveTunnelTransport: TunnelTransport {
+package struct LiveTunnelTransport: TunnelTransport {
     let logger: Logger
     let report: @Sendable (String) -> Void
 
     /// - Parameters:
     ///   - logger: where the carrier logs.
     ///   - report: receives the plain message of each failed bridged connection.
-    public init(logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
+    package init(logger: Logger, report: @escaping @Sendable (String) -> Void = { _ in }) {
         self.logger = logger
         self.report = report
     }
 
-    public func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
+    package func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
         do {
             let (stream, serving) = try await openStream(configuration)
             stream.close()
@@ -27,7 +27,7 @@ public struct LiveTunnelTransport: TunnelTransport {
         }
     }
 
-    public func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+    package func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
                       limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
         let active = ActiveConnections()
         // A listener that stops after its first connection ends with that connection.
@@ -127,7 +127,7 @@ public struct LiveTunnelTransport: TunnelTransport {
         active.attach(fd: fd, id: id)
     }
 
-    public func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
+    package func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
         let pair = try FileDescriptors.socketPair()
         let outcome = OneShot<TunnelFailure?>()
         let end = OneShot<TunnelEnd>()
@@ -156,7 +156,7 @@ public struct LiveTunnelTransport: TunnelTransport {
         let failure = await withTaskCancellationHandler {
             await outcome.value
         } onCancel: {
-            outcome.fulfil(TunnelFailure.invalidState("cancelled"))
+            outcome.fulfil(TunnelFailure.cancelled("opening the WebSocket to \(configuration.request.origin.host)"))
         }
         let serving = LiveServing(port: 0, listener: nil, loop: loop, end: end)
         if let failure {
@@ -164,7 +164,7 @@ public struct LiveTunnelTransport: TunnelTransport {
             await serving.close()
             throw failure
         }
-        return (TunnelStream(fileDescriptor: pair.caller, end: end), serving)
+        return (TunnelStream(descriptor: pair.caller, host: configuration.request.origin.host, end: end), serving)
     }
 
     static func shutdown(_ loop: CarrierLoop) async {

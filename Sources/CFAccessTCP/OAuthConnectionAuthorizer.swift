@@ -12,8 +12,7 @@ actor OAuthConnectionAuthorizer: ConnectionAuthorizer {
     /// The last refresh's outcome: the refused token and the one that replaced it.
     private var lastRefresh: (refused: String, fresh: String)?
 
-    /// - Parameter build: the upgrade request that carries a token (nil: no Access application,
-    ///   so no credential).
+    /// - Parameter build: the upgrade request that carries a token.
     init(flow: any OAuthFlow, origin: OriginURL, build: @escaping @Sendable (String?) throws(TunnelFailure) -> UpgradeRequest) {
         self.flow = flow
         self.origin = origin
@@ -24,12 +23,10 @@ actor OAuthConnectionAuthorizer: ConnectionAuthorizer {
         let token: String
         if let refused = rejected?.value(forHeader: AccessHeaderName.accessToken) {
             token = try await replacement(for: refused)
+        } else if let stored = await flow.storedAppToken(for: origin) {
+            token = stored
         } else {
-            do {
-                token = try await flow.appToken(for: origin, refresh: false)
-            } catch where error == .noAccessApplication(url: origin.httpsURL) {
-                return (try build(nil), .none)
-            }
+            token = try await flow.appToken(for: origin, refresh: false)
         }
         return (try build(token), .accessToken)
     }

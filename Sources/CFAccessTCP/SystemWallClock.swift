@@ -7,10 +7,10 @@ public struct SystemWallClock: WallClock {
     public init() {}
     /// `Date()`.
     public func now() -> Date { Date() }
-    /// `Task.sleep`; false when cancelled.
-    public func sleep(seconds: Double) async -> Bool {
+    /// `Task.sleep(for:)` on the continuous clock; false (at once) when the task is cancelled.
+    public func sleep(for duration: Duration) async -> Bool {
         do {
-            try await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
+            try await Task.sleep(for: duration)
             return true
         } catch {
             return false

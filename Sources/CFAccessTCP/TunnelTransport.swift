@@ -22,44 +22,8 @@ public struct ListenerLimits: Sendable, Equatable {
     }
 }
 
-/// A connected socket whose other end is bridged to the WebSocket: a tunnel with no TCP port.
-public final class TunnelStream: @unchecked Sendable {
-    /// The descriptor to read and write (a Unix stream socket). Owned by this object until
-    /// `close()` or `release()`.
-    public let fileDescriptor: Int32
-    private let closed = LockedBox(false)
-    private let end: OneShot<TunnelEnd>
-
-    init(fileDescriptor: Int32, end: OneShot<TunnelEnd> = OneShot()) {
-        self.fileDescriptor = fileDescriptor
-        self.end = end
-    }
-
-    /// Why the tunnel ended: returns once its WebSocket and the bridge's side of the socket are
-    /// closed (a Close handshake by either side, a reset, a protocol violation, a keepalive
-    /// timeout, …). See ``TunnelEnd/isClean``.
-    public var ended: TunnelEnd {
-        get async { await end.value }
-    }
-
-    /// The reason, if the tunnel has ended already.
-    public var endedReason: TunnelEnd? { end.current }
-
-    /// Closes the descriptor (the tunnel then closes with a WebSocket Close frame). Idempotent.
-    public func close() {
-        let first = closed.withLock { c -> Bool in defer { c = true }; return !c }
-        if first { FileDescriptors.close(fileDescriptor) }
-    }
-
-    /// Gives up ownership: the caller closes the descriptor.
-    public func release() -> Int32 {
-        closed.withLock { $0 = true }
-        return fileDescriptor
-    }
-}
-
 /// A running local side of a session.
-public protocol ServingTunnel: Sendable {
+package protocol ServingTunnel: Sendable {
     /// The local port (0 for a port-less stream).
     var port: UInt16 { get }
     /// Closes the listener and every bridged connection before returning.
@@ -72,13 +36,13 @@ public protocol ServingTunnel: Sendable {
 
 extension ServingTunnel {
     /// Never ends by itself.
-    public func ended() async -> TunnelEnd? { nil }
+    package func ended() async -> TunnelEnd? { nil }
 }
 
 /// Gives each connection a listener bridges its own upgrade request, so that an app token that
 /// expires or is revoked while the listener runs is replaced for the next connection, and a
 /// connection Access refuses is dialled once more with a fresh token.
-public protocol ConnectionAuthorizer: Sendable {
+package protocol ConnectionAuthorizer: Sendable {
     /// The upgrade request for a new connection and the credential it carries. With
     /// `rejected`, Access refused a connection that carried that request: get a fresh credential
     /// (unless another connection already did).
@@ -86,7 +50,7 @@ public protocol ConnectionAuthorizer: Sendable {
 }
 
 /// The effectful parts a session drives; replaced by scripted doubles in tests.
-public protocol TunnelTransport: Sendable {
+package protocol TunnelTransport: Sendable {
     /// Opens one WebSocket with `configuration` to prove the edge accepts it, then closes it.
     func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure?
     /// Listens on `address` and bridges accepted connections within `limits`, each with the

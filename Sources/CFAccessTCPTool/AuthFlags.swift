@@ -63,7 +63,7 @@ struct LoginFlags: ParsableArguments {
                                                      connectTo: connectTo, transferBaseURL: transferURL,
                                                      noBrowser: noBrowser, fedRAMP: fedRAMP,
                                                      maximumPolls: transferPolls,
-                                                     pollIntervalSeconds: transferPollInterval)
+                                                     pollInterval: .seconds(transferPollInterval))
         configuration.closeInterstitial = autoClose
         return configuration
     }
@@ -143,10 +143,10 @@ func checkCAFile(_ path: String?) throws(ConfigurationError) {
 func runAuthWork<T: Sendable>(_ body: () async throws(TunnelFailure) -> T) async throws(TunnelFailure) -> T {
     // The login work holds tokens: no core dumps (issue 12.10).
     SecretMemory.protect()
-    let signals = handleInterrupts { _ in
+    let signals = handleInterrupts { sig in
         FileLoginLock.releaseAllHeld()
         writeStderr("\ncf-access-tcp: login cancelled")
-        exit(130)
+        exit(ExitStatus(signal: sig).rawValue)
     }
     defer { signals.forEach { $0.cancel() } }
     return try await body()
@@ -177,7 +177,7 @@ private func makeProvider(
         logging = try LoggingSetup(level: loglevel, file: nil, directory: nil)
         configuration = try make(environment)
     } catch {
-        throw usageFailure(error.message)
+        throw usageFailure(error.withFlags)
     }
     return AccessTokenProvider(configuration: configuration, logger: logging.logger,
                                browser: SystemBrowserOpener(environment: environment))
@@ -188,6 +188,6 @@ func parseApplicationURL(_ raw: String) throws -> OriginURL {
     do {
         return try OriginURL.parse(raw)
     } catch {
-        throw usageFailure(error.message.replacingOccurrences(of: "--hostname", with: "the URL"))
+        throw usageFailure(error.message { $0 == .hostname ? "the URL" : $0.flag })
     }
 }

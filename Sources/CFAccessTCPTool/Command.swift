@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP
@@ -108,7 +109,7 @@ struct TCPCommand: AsyncParsableCommand {
             logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
             settings = try TunnelSettings(flags: flags, environment: environment, logger: logging.logger)
         } catch {
-            throw usageFailure(error.message)
+            throw usageFailure(error.withFlags)
         }
         let logger = logging.logger
         let report = FailureReport(logger: logger, toLogFile: flags.logfile != nil || flags.logDirectory != nil)
@@ -124,7 +125,7 @@ struct TCPCommand: AsyncParsableCommand {
                 stop.signal()
             } else {
                 if held > 0 { writeStderr("\ncf-access-tcp: login cancelled") }
-                Glibc.exit(sig == SIGINT ? 130 : 143)
+                Glibc.exit(ExitStatus(signal: sig).rawValue)
             }
         }
         defer { withExtendedLifetime(signals) {} }
@@ -139,7 +140,7 @@ struct TCPCommand: AsyncParsableCommand {
     /// ProxyCommand mode: the tunnel is stdin/stdout.
     ///
     /// Exit status: 0 when either side closed cleanly; otherwise one plain line on stderr (and in
-    /// the log file) naming what happened, and the status of ``TunnelEnd/exitStatus``.
+    /// the log file) naming what happened, and the status ``ExitStatus`` gives its ``TunnelEnd``.
     private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings, report: FailureReport) async throws {
         let stream: TunnelStream
         let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
@@ -151,11 +152,11 @@ struct TCPCommand: AsyncParsableCommand {
             report.failure(error)
             // Let the session's tasks settle before the process exits under them.
             await tunnel.disconnect()
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         let finished = OneShot<Void>()
         let outcome = LockedBox(StdioBridge.Outcome.ended)
-        StdioBridge.pump(socket: stream.release()) { result in
+        StdioBridge.pump(socket: stream.releaseFileDescriptor().rawValue) { result in
             outcome.withLock { $0 = result }
             finished.signal()
         }
@@ -165,11 +166,11 @@ struct TCPCommand: AsyncParsableCommand {
         await tunnel.disconnect()
         if case .outputFailed(let code) = outcome.withLock({ $0 }) {
             report.line("cannot write to stdout: \(String(cString: strerror(code))); the tunnel to \(settings.origin.host) was closed")
-            throw ExitCode(ExitStatus.localIO.rawValue)
+            throw ExitStatus(TunnelEnd.localIOFailed(detail: "stdout")).code
         }
         if let end, !end.isClean {
             report.line(end.message(host: settings.origin.host))
-            throw ExitCode(end.exitStatus.rawValue)
+            throw ExitStatus(end).code
         }
         throw ExitCode.success
     }
@@ -188,7 +189,7 @@ struct TCPCommand: AsyncParsableCommand {
         } catch {
             report.failure(error)
             await tunnel.disconnect()
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         let shown = HostText.withPort(listen.host, Int(port))
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
@@ -205,7 +206,7 @@ struct TCPCommand: AsyncParsableCommand {
         watcher.cancel()
         let end = await tunnel.lastEnd
         await tunnel.disconnect()
-        if let end, !end.isClean { throw ExitCode(end.exitStatus.rawValue) }
+        if let end, !end.isClean { throw ExitStatus(end).code }
     }
 }
 
@@ -213,8 +214,36 @@ extension Error {
     /// The plain message of a tunnel or configuration failure, or a description of any other error.
     var message: String {
         if let failure = self as? TunnelFailure { return failure.withFlags }
-        if let error = self as? ConfigurationError { return error.message }
+        if let error = self as? ConfigurationError { return error.withFlags }
         return "\(self)"
+    }
+
+    /// The message, naming this command line's flags.
+    var withFlags: String { message }
+}
+
+extension ConfigurationError {
+    /// The message with the settings it names as this command line's flags.
+    var withFlags: String { message(naming: \.flag) }
+}
+
+extension ConfigurationError.Setting {
+    /// How this command line gives the setting (the library's messages name no flags).
+    var flag: String {
+        switch self {
+        case .hostname: return "--hostname"
+        case .listenAddress: return "--url"
+        case .allowNonLoopback: return "pass --allow-non-loopback"
+        case .connectTarget: return "--connect-to"
+        case .resolveOverride: return "--resolve"
+        case .header: return "--header"
+        case .serviceTokenID: return "--service-token-id"
+        case .serviceTokenSecret: return "--service-token-secret"
+        case .serviceTokenIDSource: return " (or set TUNNEL_SERVICE_TOKEN_ID)"
+        case .serviceTokenSecretSource: return " (or set TUNNEL_SERVICE_TOKEN_SECRET)"
+        case .destination: return "--destination"
+        default: return words
+        }
     }
 }
 

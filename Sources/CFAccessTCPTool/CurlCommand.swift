@@ -48,7 +48,7 @@ struct CurlCommand: AsyncParsableCommand {
             }
         } catch {
             writeStderr("cf-access-tcp: \(error.withFlags)")
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         if token == nil {
             writeStderr("cf-access-tcp: no valid Access token for \(origin.host): running curl without one "

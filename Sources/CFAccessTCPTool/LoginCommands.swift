@@ -44,7 +44,7 @@ struct LoginCommand: AsyncParsableCommand {
             token = try await runAuthWork { () async throws(TunnelFailure) -> String in try await provider.login(for: origin) }
         } catch {
             writeStderr("cf-access-tcp: \(error.withFlags)")
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         switch LoginOutput(quiet: quiet, bare: noVerbose || printToken || app != nil) {
         case .nothing:
@@ -106,11 +106,11 @@ struct TokenCommand: AsyncParsableCommand {
             token = try await runAuthWork { () async throws(TunnelFailure) -> String? in try await provider.cachedAppToken(for: origin) }
         } catch {
             writeStderr("cf-access-tcp: \(error.withFlags)")
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
         guard let token else {
             writeStderr("cf-access-tcp: no valid cached token for \(origin.host): run `cf-access-tcp login \(origin.host)`")
-            throw ExitCode(ExitStatus.accessDenied.rawValue)
+            throw ExitStatus(TunnelFailure.loginRequired(host: origin.host)).code
         }
         FileHandle.standardOutput.write(Data((token + "\n").utf8))
     }

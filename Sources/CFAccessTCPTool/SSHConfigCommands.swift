@@ -40,7 +40,7 @@ struct SSHGenCommand: AsyncParsableCommand {
             }
         } catch {
             writeStderr("cf-access-tcp: \(error.withFlags)")
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
     }
 }

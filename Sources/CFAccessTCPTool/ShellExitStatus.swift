@@ -1,21 +1,9 @@
 import AccessCore
 import CFAccessSSH
 
-/// Where the shell mode's failures become exit statuses (README, "Exit status"): the library's
-/// failures carry no process status, so the tool decides here, once.
+/// The shell mode's one status of its own: a remote command killed by a signal. Every failure's
+/// status is in ExitStatus.swift.
 extension ExitStatus {
-    /// The status `cf-access-tcp shell` ends with for an SSH failure.
-    init(_ failure: SSHFailure) {
-        switch failure.kind {
-        case .timedOut: self = .unavailable
-        case .connectionLost: self = .connectionLost
-        case .authenticationFailed, .hostKeyRejected: self = .accessDenied
-        case .protocolError: self = .protocolError
-        case .localIO: self = .localIO
-        case .configuration: self = .usage
-        }
-    }
-
     /// The status for a remote command killed by the signal `name` (`TERM`): 128 + its number,
     /// as shells report it (255 for a name we do not know).
     static func remoteSignal(_ name: String) -> Int32 {

@@ -95,7 +95,7 @@ final class ShellRunner {
             stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
         } catch {
             await tunnel.disconnect()
-            throw Stop(message: error.withFlags, status: ExitStatus(failure: error.category))
+            throw Stop(message: error.withFlags, status: ExitStatus(error))
         }
         let ssh: SSHSession
         do {

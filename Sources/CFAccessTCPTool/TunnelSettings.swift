@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import CFAccessTCP
 import Logging
@@ -79,14 +80,14 @@ struct TunnelSettings {
         }
         // NO_PROXY names the Access hostname, as curl matches the URL's host (not --connect-to).
         let proxy = try ProxySettings.fromEnvironment(environment, host: origin.host, port: origin.effectivePort)
-        var options = AccessTunnel.Options(
+        let options = AccessTunnel.Options(
             connectTo: connectTo, caFile: flags.caFile, extraHeaders: extra, destination: destination,
-            listenAddress: listen, connectTimeout: Double(flags.connectTimeout),
-            retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: [1, 5, 15]),
+            listenAddress: listen ?? .loopbackAnyPort, connectTimeout: .seconds(flags.connectTimeout),
+            retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: RetryPolicy.standard.delays),
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
-            keepaliveInterval: flags.keepalive, resolveOverrides: resolve, proxy: proxy)
-        options.halfCloseLinger = Double(flags.halfCloseLinger)
+            keepaliveInterval: .seconds(flags.keepalive), resolveOverrides: resolve, proxy: proxy,
+            halfCloseLinger: .seconds(flags.halfCloseLinger))
         // The ranges are the library's (AccessTunnel.Options.validate); the words name our flags.
         do {
             try options.validate()

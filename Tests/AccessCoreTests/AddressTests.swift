@@ -1,7 +1,7 @@
 import AccessCore
 import Testing
 
-/// A `--url` that must parse.
+/// A `the listen address` that must parse.
 struct ListenCase: Sendable, CustomTestStringConvertible {
     let raw: String
     let allowNonLoopback: Bool
@@ -51,9 +51,9 @@ struct ListenAddressTests {
     }
 
     @Test("refused", arguments: [
-        ("example.com:22", "--url must be a numeric loopback address like 127.0.0.1:2222"),
-        ("localhost.example:22", "--url must be a numeric loopback address like 127.0.0.1:2222"),
-        ("", "--url is empty"),
+        ("example.com:22", "the listen address must be a numeric loopback address like 127.0.0.1:2222"),
+        ("localhost.example:22", "the listen address must be a numeric loopback address like 127.0.0.1:2222"),
+        ("", "the listen address is empty"),
         ("127.0.0.1", "needs a port"),
         ("localhost", "needs a port"),
         ("[::1]", "needs a port"),
@@ -76,18 +76,18 @@ struct ListenAddressTests {
         #expect(error?.message.contains(message) == true, "\(error?.message ?? "")")
     }
 
-    @Test("non-loopback needs --allow-non-loopback", arguments: [
+    @Test("non-loopback needs allow a non-loopback address explicitly", arguments: [
         "0.0.0.0:2222", "192.168.1.2:22", "[::]:22", ":2222", "[2001:db8::1]:22", "10.0.0.1:0",
     ])
     func nonLoopback(_ raw: String) {
         let error = #expect(throws: ConfigurationError.self) { try ListenAddress.parse(raw, allowNonLoopback: false) }
-        #expect(error?.message.contains("--allow-non-loopback") == true)
+        #expect(error?.message.contains("allow a non-loopback address explicitly") == true)
         #expect(error?.message.contains("expose the tunnel to the network") == true)
         #expect((try? ListenAddress.parse(raw, allowNonLoopback: true)) != nil)
     }
 }
 
-/// A `--connect-to` that must parse.
+/// A `the connect-to address` that must parse.
 struct ConnectCase: Sendable, CustomTestStringConvertible {
     let raw: String
     let address: String
@@ -135,7 +135,7 @@ struct ConnectTargetTests {
     ])
     func refused(_ raw: String) {
         let error = #expect(throws: ConfigurationError.self) { try ConnectTarget.parse(raw) }
-        #expect(error?.message.hasPrefix("--connect-to") == true, "\(error?.message ?? "")")
+        #expect(error?.message.hasPrefix("the connect-to address") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("\n") == false)
     }
 }
@@ -145,7 +145,7 @@ struct ConnectTargetTests {
 struct AddressOverrideTests {
     static let origin = try! OriginURL.parse("ssh.example.com")
 
-    @Test("--connect-to wins over --resolve; both match host (any case) and port only")
+    @Test("the connect-to address wins over the resolve override; both match host (any case) and port only")
     func route() throws {
         let connect = ConnectOverride(origin: Self.origin, target: try ConnectTarget.parse("127.0.0.1:8443"))
         let pin = try ResolveOverride.parse("ssh.example.com:443:10.0.0.7")
@@ -153,7 +153,7 @@ struct AddressOverrideTests {
         #expect(AddressOverride.route(host: "ssh.example.com", port: 443, resolve: [pin])! == ("10.0.0.7", 443))
         #expect(AddressOverride.route(host: "ssh.example.com", port: 8443, connectTo: [connect], resolve: [pin]) == nil)
         #expect(AddressOverride.route(host: "other.example.com", port: 443, connectTo: [connect], resolve: [pin]) == nil)
-        // A --connect-to without a port keeps the origin's.
+        // A the connect-to address without a port keeps the origin's.
         let hostOnly = ConnectOverride(origin: Self.origin, target: try ConnectTarget.parse("::1"))
         #expect(AddressOverride.route(host: "ssh.example.com", port: 443, connectTo: [hostOnly], resolve: [])! == ("::1", 443))
     }

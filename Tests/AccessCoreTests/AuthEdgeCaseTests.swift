@@ -235,6 +235,24 @@ struct TokenCacheEdgeCaseTests {
         #expect(!TokenCacheNaming.isTokenFileName(".hidden-token"))
         #expect(TokenCacheNaming.isTokenFileName(TokenCacheNaming.orgTokenFileName(authDomain: "team.cloudflareaccess.com")))
     }
+
+    @Test("the AUD of an app token file of exactly one host, for the token offered before discovery")
+    func audienceOfAHostsTokenFile() {
+        let host = "ssh.example.com"
+        #expect(TokenCacheNaming.audience(ofAppTokenFile: "ssh.example.com-4b1d6c0e8f2a-token", host: host) == "4b1d6c0e8f2a")
+        let app = AppInfo(authDomain: "team.cloudflareaccess.com", appAUD: "abc123", appHostname: host)
+        #expect(TokenCacheNaming.audience(ofAppTokenFile: TokenCacheNaming.appTokenFileName(for: app), host: host) == "abc123")
+        for other in ["ssh.example.com-path-abc123-token",      // an application on a path
+                      "ssh.example.com.evil-abc123-token",      // another host
+                      "xssh.example.com-abc123-token",          // another host
+                      "ssh.example.com--token",                 // no AUD
+                      "ssh.example.com-token",
+                      "ssh.example.com-abc123-token.lock",      // not a token file
+                      "ssh.example.com-org-token"] {
+            #expect(TokenCacheNaming.audience(ofAppTokenFile: other, host: host) == nil, "\(other)")
+        }
+        #expect(TokenCacheNaming.audience(ofAppTokenFile: "-abc-token", host: "") == nil)
+    }
 }
 
 @Suite("HTTP seam values")

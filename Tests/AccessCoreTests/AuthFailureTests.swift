@@ -29,10 +29,10 @@ struct AuthFailureTests {
         FailureCase(name: "loginFailed", failure: .loginFailed(host: host, reason: "secret=\(Planted.word) lost"),
                     category: .authentication, retryable: false,
                     contains: ["Login to ssh.example.com failed", "try `cf-access-tcp login ssh.example.com` again"]),
-        FailureCase(name: "loginTimedOut minutes", failure: .loginTimedOut(host: host, seconds: 300),
+        FailureCase(name: "loginTimedOut minutes", failure: .loginTimedOut(host: host, after: .seconds(300)),
                     category: .authentication, retryable: true,
                     contains: [host, "within 5 min", "finish the login"]),
-        FailureCase(name: "loginTimedOut seconds", failure: .loginTimedOut(host: host, seconds: 45),
+        FailureCase(name: "loginTimedOut seconds", failure: .loginTimedOut(host: host, after: .seconds(45)),
                     category: .authentication, retryable: true, contains: [host, "within 45 s"]),
         FailureCase(name: "transferServiceFailed with detail",
                     failure: .transferServiceFailed(status: 502, detail: "upstream down"),
@@ -68,7 +68,7 @@ struct AuthFailureTests {
     }
 
     @Test func exactMessages() {
-        #expect(TunnelFailure.loginTimedOut(host: Self.host, seconds: 600).message
+        #expect(TunnelFailure.loginTimedOut(host: Self.host, after: .seconds(600)).message
             == "Login to ssh.example.com was not completed within 10 min: open the login URL and finish the login, then try again")
         #expect(TunnelFailure.metadataRejected(host: Self.host, problem: .wrongType("nomatch")).message
             == "The Access application metadata of ssh.example.com was refused: its type is \"nomatch\" instead of \"match\"; "

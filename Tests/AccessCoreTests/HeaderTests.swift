@@ -52,7 +52,7 @@ struct HeaderFieldTests {
         HeaderRefusal(raw: "Ünïcode: bar", messageContains: "non-ASCII character (U+00DC)"),
         HeaderRefusal(raw: "X\r\nY: bar", messageContains: "contains a line break"),
         HeaderRefusal(raw: "X(y): v", messageContains: "contains \"(\""),
-        HeaderRefusal(raw: "X: a\r\nb", messageContains: "--header \"X: …\": value contains a line break"),
+        HeaderRefusal(raw: "X: a\r\nb", messageContains: "the header \"X: …\": value contains a line break"),
         HeaderRefusal(raw: "X: a\nb", messageContains: "value contains a line break"),
         HeaderRefusal(raw: "X: a\rb", messageContains: "value contains a line break"),
         HeaderRefusal(raw: "X: a\u{2028}b", messageContains: "value contains a line break"),
@@ -178,14 +178,14 @@ struct ServiceTokenTests {
     }
 
     @Test("refused", arguments: [
-        ("", "sekrit", "--service-token-id is empty"),
-        ("   ", "sekrit", "--service-token-id is empty"),
-        ("id", "", "--service-token-secret is empty"),
-        ("id", " \n ", "--service-token-secret is empty"),
-        ("i\nd", "sekrit", "--service-token-id contains a line break"),
-        ("id", "sek\r\nrit", "--service-token-secret contains a line break"),
-        ("id", "sek\u{0}rit", "--service-token-secret contains a line break or control character"),
-        ("id", "sek\u{1B}rit", "--service-token-secret contains a line break or control character"),
+        ("", "sekrit", "the service token's client ID is empty"),
+        ("   ", "sekrit", "the service token's client ID is empty"),
+        ("id", "", "the service token's client secret is empty"),
+        ("id", " \n ", "the service token's client secret is empty"),
+        ("i\nd", "sekrit", "the service token's client ID contains a line break"),
+        ("id", "sek\r\nrit", "the service token's client secret contains a line break"),
+        ("id", "sek\u{0}rit", "the service token's client secret contains a line break or control character"),
+        ("id", "sek\u{1B}rit", "the service token's client secret contains a line break or control character"),
     ])
     func refused(_ id: String, _ secret: String, _ message: String) {
         let error = #expect(throws: ConfigurationError.self) { try ServiceToken(clientID: id, clientSecret: secret) }
@@ -312,7 +312,7 @@ struct RequestBuilderTests {
     ])
     func destinationRefused(_ raw: String) {
         let error = #expect(throws: ConfigurationError.self) { try Self.build(destination: raw) }
-        #expect(error?.message.hasPrefix("--destination") == true, "\(error?.message ?? "")")
+        #expect(error?.message.hasPrefix("the destination") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("\n") == false)
     }
 

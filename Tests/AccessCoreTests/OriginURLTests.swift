@@ -1,7 +1,7 @@
 import AccessCore
 import Testing
 
-/// A `--hostname` that must parse, and what it must become.
+/// A `the hostname` that must parse, and what it must become.
 struct OriginCase: Sendable, CustomTestStringConvertible {
     let input: String
     let host: String
@@ -23,7 +23,7 @@ struct OriginCase: Sendable, CustomTestStringConvertible {
     var testDescription: String { "\"\(input)\"" }
 }
 
-/// A `--hostname` that must be refused, and a piece of the message.
+/// A `the hostname` that must be refused, and a piece of the message.
 struct RefusedCase: Sendable, CustomTestStringConvertible {
     let input: String
     let messageContains: String
@@ -102,11 +102,11 @@ struct OriginURLTests {
     }
 
     static let refusedCases: [RefusedCase] = [
-        RefusedCase("", "--hostname is empty"),
-        RefusedCase("   \t ", "--hostname is empty"),
-        RefusedCase("http://", "--hostname is empty"),
-        RefusedCase("https:///path", "--hostname is empty"),
-        RefusedCase(":443", "--hostname is empty"),
+        RefusedCase("", "the hostname is empty"),
+        RefusedCase("   \t ", "the hostname is empty"),
+        RefusedCase("http://", "the hostname is empty"),
+        RefusedCase("https:///path", "the hostname is empty"),
+        RefusedCase(":443", "the hostname is empty"),
         RefusedCase("ftp://ssh.example.com", "scheme \"ftp\", which is not supported"),
         RefusedCase("tcp://ssh.example.com:22", "scheme \"tcp\""),
         RefusedCase("ssh.example.com:0", "out of range"),
@@ -159,7 +159,7 @@ struct OriginURLTests {
 
     @Test func emptyMessageIsTheDocumentedOne() {
         #expect(throws: ConfigurationError(
-            "--hostname is empty: give the Access application's hostname, e.g. ssh.example.com")) {
+            "the hostname is empty: give the Access application's hostname, e.g. ssh.example.com")) {
             try OriginURL.parse("")
         }
     }

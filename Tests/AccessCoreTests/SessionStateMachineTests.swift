@@ -56,6 +56,49 @@ struct SessionStateMachineTests {
         #expect(try m.connect(.init(primary: .serviceToken)).contains(.publish(.authenticating)))
     }
 
+    @Test("OAuth dials first with what is stored; an origin without Access connects with no login (issue 17.7)")
+    func storedFirstNoAccess() throws {
+        var m = Machine()
+        let start = try m.connect(.init(primary: .stored, fallbackToOAuth: true))
+        #expect(start == [.startDeadline, .publish(.authenticating), .authenticate(.stored, refresh: false)])
+        #expect(m.handle(.storedTokenLookedUp(found: false)) == [.publish(.connecting), .dial(.stored)])
+        #expect(m.handle(.dialSucceeded) == [.openLocal])
+        #expect(published(m.handle(.localReady(port: 7))) == [.connected(localPort: 7)])
+    }
+
+    @Test("the Access login redirect on the first dial starts the login; a refused stored token is replaced once")
+    func storedFirstThenLogin() throws {
+        // No stored token: the login's cache lookup may still find one (no refresh), and one
+        // refresh is left for a token Access then refuses.
+        var m = Machine()
+        _ = try m.connect(.init(primary: .stored, fallbackToOAuth: true))
+        _ = m.handle(.storedTokenLookedUp(found: false))
+        #expect(m.handle(.dialFailed(rejected)) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
+        #expect(m.handle(.authenticated) == [.startDeadline, .publish(.connecting), .dial(.oauth)])
+        #expect(m.handle(.dialFailed(rejected)).contains(.authenticate(.oauth, refresh: true)))
+        _ = m.handle(.authenticated)
+        #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+
+        // A stored token was sent and refused: the login replaces it at once, and a fresh token
+        // refused again is a failure (no second login).
+        m = Machine()
+        _ = try m.connect(.init(primary: .stored, fallbackToOAuth: true))
+        _ = m.handle(.storedTokenLookedUp(found: true))
+        #expect(m.handle(.dialFailed(rejected)).contains(.authenticate(.oauth, refresh: true)))
+        _ = m.handle(.authenticated)
+        #expect(published(m.handle(.dialFailed(rejected))) == [.failed(rejected)])
+
+        // A network failure on the first dial is no reason to log in.
+        m = Machine()
+        _ = try m.connect(.init(primary: .stored, fallbackToOAuth: true, retry: .never))
+        _ = m.handle(.storedTokenLookedUp(found: false))
+        #expect(published(m.handle(.dialFailed(badCA))) == [.failed(badCA)])
+        // The lookup event means nothing for another credential.
+        m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken))
+        #expect(m.handle(.storedTokenLookedUp(found: true)) == [])
+    }
+
     @Test("fallback success: a rejected service token switches to OAuth once")
     func fallbackSuccess() throws {
         var m = Machine()
@@ -104,7 +147,7 @@ struct SessionStateMachineTests {
                 == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
         #expect(m.handle(.authenticated) == [.startDeadline, .publish(.connecting), .dial(.oauth)])
         #expect(m.handle(.dialFailed(refused)) == [.cancelDeadline, .tearDown, .publish(.reconnecting(attempt: 2)),
-                                                    .scheduleRetry(afterSeconds: 1, attempt: 2)])
+                                                    .scheduleRetry(after: .seconds(1), attempt: 2)])
         #expect(m.handle(.retryDue) == [.cancelDeadline, .publish(.authenticating), .authenticate(.oauth, refresh: false)])
         // A deadline from an earlier phase, delivered late, cannot fail a login in progress.
         #expect(m.handle(.deadlinePassed(TunnelFailure.timedOut(host: "h", seconds: 15))) == [])
@@ -117,7 +160,7 @@ struct SessionStateMachineTests {
         _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
         _ = m.handle(.authenticated)
         #expect(m.handle(.dialFailed(refused)) == [.cancelDeadline, .tearDown, .publish(.reconnecting(attempt: 2)),
-                                                    .scheduleRetry(afterSeconds: 1, attempt: 2)])
+                                                    .scheduleRetry(after: .seconds(1), attempt: 2)])
         #expect(m.handle(.retryDue) == [.startDeadline, .publish(.authenticating), .authenticate(.serviceToken, refresh: false)])
         _ = m.handle(.authenticated)
         _ = m.handle(.dialSucceeded)
@@ -129,7 +172,7 @@ struct SessionStateMachineTests {
     func retryExhaustion() throws {
         var m = Machine()
         _ = try m.connect(.init(primary: .serviceToken, retry: .standard))
-        var delays: [Double] = []
+        var delays: [Duration] = []
         for _ in 0..<4 {
             _ = m.handle(.authenticated)
             for action in m.handle(.dialFailed(refused)) {
@@ -137,7 +180,7 @@ struct SessionStateMachineTests {
             }
             _ = m.handle(.retryDue)
         }
-        #expect(delays == [1, 5, 15])
+        #expect(delays == [.seconds(1), .seconds(5), .seconds(15)])
         #expect(m.state == .failed(refused))
     }
 
@@ -201,17 +244,19 @@ struct SessionStateMachineTests {
         #expect(published(m.handle(.localFailed(inUse))) == [.failed(inUse)])
     }
 
-    @Test("retry policy delays", arguments: [
-        (RetryPolicy.standard, [2: 1.0, 3: 5.0, 4: 15.0]),
-        (RetryPolicy(maxAttempts: 6, delays: [2]), [2: 2.0, 3: 2.0, 6: 2.0]),
-        (RetryPolicy(maxAttempts: 2, delays: []), [2: 0.0]),
-    ])
-    func retryDelays(policy: RetryPolicy, expected: [Int: Double]) {
+    static let delayCases: [(RetryPolicy, [Int: Duration])] = [
+        (RetryPolicy.standard, [2: .seconds(1), 3: .seconds(5), 4: .seconds(15)]),
+        (RetryPolicy(maxAttempts: 6, delays: [.seconds(2)]), [2: .seconds(2), 3: .seconds(2), 6: .seconds(2)]),
+        (RetryPolicy(maxAttempts: 2, delays: []), [2: Duration.zero]),
+    ]
+
+    @Test("retry policy delays", arguments: delayCases)
+    func retryDelays(policy: RetryPolicy, expected: [Int: Duration]) {
         for (attempt, delay) in expected { #expect(policy.delay(beforeAttempt: attempt) == delay) }
         #expect(policy.delay(beforeAttempt: 1) == nil)
         #expect(policy.delay(beforeAttempt: policy.maxAttempts + 1) == nil)
-        #expect(RetryPolicy(maxAttempts: 0, delays: [-1]).maxAttempts == 1)
-        #expect(RetryPolicy(maxAttempts: 3, delays: [-1]).delays == [0])
+        #expect(RetryPolicy(maxAttempts: 0, delays: [.seconds(-1)]).maxAttempts == 1)
+        #expect(RetryPolicy(maxAttempts: 3, delays: [.seconds(-1)]).delays == [.zero])
         #expect(RetryPolicy.never.delay(beforeAttempt: 2) == nil)
     }
 

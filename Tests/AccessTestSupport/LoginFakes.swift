@@ -51,6 +51,10 @@ package final class FakeClock: WallClock, @unchecked Sendable {
     }
     package func now() -> Date { state.withLock { $0.now } }
     package var slept: Double { state.withLock { $0.slept } }
+    package func sleep(for duration: Duration) async -> Bool {
+        let seconds = duration.secondsValue
+        return await sleep(seconds: seconds)
+    }
     package func sleep(seconds: Double) async -> Bool {
         state.withLock {
             $0.slept += seconds
@@ -90,7 +94,7 @@ package final class RecordingPresenter: LoginPresenter, @unchecked Sendable {
     private let urls = LockedBox<[String]>([])
     package var shown: [String] { urls.withLock { $0 } }
     package func loginStarted(url: String, presentation: LoginPresentation) { urls.withLock { $0.append(url) } }
-    package func waiting(elapsedSeconds: Int, presentation: LoginPresentation) {}
+    package func waiting(elapsed: Duration, presentation: LoginPresentation) {}
     package func waitingForOtherProcess(pid: Int32, url: String?) {}
     package func loginEnded() {}
 }
@@ -150,7 +154,7 @@ package final class WaitRecordingPresenter: LoginPresenter, @unchecked Sendable 
     package var shown: [String] { urls.withLock { $0 } }
     package var others: [Other] { waits.withLock { $0 } }
     package func loginStarted(url: String, presentation: LoginPresentation) { urls.withLock { $0.append(url) } }
-    package func waiting(elapsedSeconds: Int, presentation: LoginPresentation) {}
+    package func waiting(elapsed: Duration, presentation: LoginPresentation) {}
     package func waitingForOtherProcess(pid: Int32, url: String?) { waits.withLock { $0.append(Other(pid: pid, url: url)) } }
     package func loginEnded() {}
 }

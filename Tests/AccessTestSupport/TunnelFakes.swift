@@ -21,6 +21,10 @@ package final class ManualClock: WallClock, @unchecked Sendable {
         return Date(timeIntervalSince1970: 1_700_000_000 + elapsed)
     }
 
+    package func sleep(for duration: Duration) async -> Bool {
+        await sleep(seconds: duration.secondsValue)
+    }
+
     package func sleep(seconds: Double) async -> Bool {
         let id = UUID()
         return await withTaskCancellationHandler {

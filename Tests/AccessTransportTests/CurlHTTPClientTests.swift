@@ -50,6 +50,9 @@ class H(http.server.BaseHTTPRequestHandler):
             self.send_header("Set-Cookie", "CF_AppSession=s1; Path=/")
             self.send_header("Set-Cookie", "other=2; Path=/")
             body = b""
+        elif self.path == "/hold":
+            import time; time.sleep(60)
+            self.send_response(200); body = b"held"
         elif self.path == "/big":
             self.send_response(200); body = b"x" * (2 * 1024 * 1024)
         elif self.path == "/big-header":
@@ -125,6 +128,37 @@ srv.serve_forever()
         #expect(answer.status == 302)
         #expect(answer.value(of: "Location") == "/cdn-cgi/access/login/x?kid=1")
         #expect(answer.values(of: "set-cookie") == ["CF_AppSession=s1; Path=/", "other=2; Path=/"])
+    }
+
+    @Test("cancelling the task stops a request the server holds (a transfer poll): kind cancelled, not the answer")
+    func cancellationAbortsAHeldRequest() async throws {
+        let client = try client()
+        let request = HTTPRequest(method: "GET", url: base + "/hold", timeoutSeconds: 90)
+        let task = Task { () -> Result<HTTPResponse, TunnelFailure> in
+            do throws(TunnelFailure) {
+                return .success(try await client.send(request))
+            } catch {
+                return .failure(error)
+            }
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        task.cancel()
+        switch await task.value {
+        case .success(let answer): Issue.record("the held request ran to its answer (HTTP \(answer.status))")
+        case .failure(let failure): #expect(failure.kind == .cancelled, "\(failure)")
+        }
+        // A cancelled task never starts a transfer.
+        let plain = HTTPRequest(method: "GET", url: base + "/", timeoutSeconds: 10)
+        let again = Task { () -> TunnelFailure? in
+            withUnsafeCurrentTask { $0?.cancel() }
+            do throws(TunnelFailure) {
+                _ = try await client.send(plain)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        #expect(await again.value?.kind == .cancelled)
     }
 
     @Test func refusesBodiesOverOneMebibyte() async throws {

@@ -14,7 +14,7 @@ let rejected = TunnelFailure.accessRejected(host: "ssh.example.com", credential:
 let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
 private func makeTunnel(_ transport: ScriptedTransport, clock: ManualClock, retry: RetryPolicy = .standard) -> AccessTunnel {
-    AccessTunnel(options: .init(connectTimeout: 15, retry: retry), logger: quiet, transport: transport, clock: clock)
+    AccessTunnel(options: .init(connectTimeout: .seconds(15), retry: retry), logger: quiet, transport: transport, clock: clock)
 }
 
 // MARK: Sequences
@@ -185,6 +185,81 @@ struct AccessTunnelTests {
     }
 }
 
+let loginRedirect = TunnelFailure.accessRejected(host: "ssh.example.com", credential: .none,
+                                                 loginURL: "https://team.cloudflareaccess.com/cdn-cgi/access/login/ssh.example.com")
+
+/// A flow that holds a stored token, and counts what it is asked.
+final class StoredTokenFlow: OAuthFlow, @unchecked Sendable {
+    let asked = LockedBox<[Bool]>([])
+    let stored: String?
+    init(stored: String?) { self.stored = stored }
+    func storedAppToken(for origin: OriginURL) async -> String? { stored }
+    func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
+        "fresh.token.\(asked.withLock { $0.append(refresh); return $0.count })"
+    }
+}
+
+/// Issue 17.7: an OAuth session dials first — with a stored token, or with none — and looks the
+/// application up and logs in only when the edge answers with the Access login redirect.
+@Suite("OAuth dials first (scripted transport)")
+struct DialFirstTests {
+    @Test("an origin without Access: the bare dial connects, the flow is never asked, no authorizer")
+    func noAccess() async throws {
+        let transport = ScriptedTransport([.succeed])
+        let flow = StoredTokenFlow(stored: nil)
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .oauth(flow))
+        #expect(flow.asked.withLock { $0 }.isEmpty)
+        #expect(transport.probes.count == 1)
+        #expect(transport.probes.first?.request.value(forHeader: "Cf-Access-Token") == nil)
+        #expect(transport.probes.first?.credential == CredentialKind.none)
+        #expect(transport.servedAuthorizers.first.map { $0 == nil } == true)
+        await tunnel.disconnect()
+    }
+
+    @Test("the login redirect on the bare dial starts the login; its token is dialled next")
+    func redirectThenLogin() async throws {
+        let transport = ScriptedTransport([.fail(loginRedirect), .succeed])
+        let flow = StoredTokenFlow(stored: nil)
+        let tunnel = makeTunnel(transport, clock: ManualClock())
+        let recorder = StateRecorder(tunnel)
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .oauth(flow))
+        let states = await recorder.wait { $0.last == .connected(localPort: 40_000) }
+        #expect(states == [.idle, .authenticating, .connecting, .authenticating, .connecting, .connected(localPort: 40_000)])
+        #expect(flow.asked.withLock { $0 } == [false])
+        #expect(transport.probes.map { $0.request.value(forHeader: "Cf-Access-Token") } == [nil, "fresh.token.1"])
+        #expect(transport.servedAuthorizers.first.map { $0 != nil } == true)
+        await tunnel.disconnect()
+    }
+
+    @Test("a stored token goes with the first dial; refused, the login replaces it (a refresh)")
+    func storedTokenRefused() async throws {
+        let accepted = ScriptedTransport([.succeed])
+        let flow = StoredTokenFlow(stored: "stored.token")
+        let tunnel = makeTunnel(accepted, clock: ManualClock())
+        _ = try await tunnel.connect(hostname: "ssh.example.com", method: .oauth(flow))
+        #expect(accepted.probes.first?.request.value(forHeader: "Cf-Access-Token") == "stored.token")
+        #expect(flow.asked.withLock { $0 }.isEmpty, "a stored token Access accepts needs no lookup")
+        await tunnel.disconnect()
+
+        let refused = ScriptedTransport([.fail(loginRedirect), .succeed])
+        let again = makeTunnel(refused, clock: ManualClock())
+        _ = try await again.connect(hostname: "ssh.example.com", method: .oauth(flow))
+        #expect(flow.asked.withLock { $0 } == [true])
+        #expect(refused.probes.map { $0.request.value(forHeader: "Cf-Access-Token") } == ["stored.token", "fresh.token.1"])
+        await again.disconnect()
+    }
+
+    @Test("a network failure on the bare dial is reported as it is: no login")
+    func networkFailureNoLogin() async throws {
+        let transport = ScriptedTransport([.fail(refused)])
+        let flow = StoredTokenFlow(stored: nil)
+        let tunnel = makeTunnel(transport, clock: ManualClock(), retry: .never)
+        await #expect(throws: refused) { _ = try await tunnel.connect(hostname: "ssh.example.com", method: .oauth(flow)) }
+        #expect(flow.asked.withLock { $0 }.isEmpty)
+    }
+}
+
 /// A flow whose refreshes take a moment (so concurrent callers overlap) and are counted.
 final class SlowRefreshFlow: OAuthFlow, @unchecked Sendable {
     let calls = LockedBox<[Bool]>([])
@@ -203,7 +278,8 @@ final class SlowRefreshFlow: OAuthFlow, @unchecked Sendable {
 struct ConnectionAuthorizerTests {
     @Test("each connection asks the flow for the current token; refusals of one token share one refresh")
     func refusalsShareOneRefresh() async throws {
-        let transport = ScriptedTransport([.succeed])
+        // The first dial (no credential) meets the Access login redirect, the second carries the token.
+        let transport = ScriptedTransport([.fail(loginRedirect), .succeed])
         let flow = SlowRefreshFlow()
         let tunnel = makeTunnel(transport, clock: ManualClock())
         _ = try await tunnel.connect(hostname: "ssh.example.com", method: .oauth(flow))

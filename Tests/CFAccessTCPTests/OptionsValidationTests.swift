@@ -8,13 +8,13 @@ import Testing
 @Suite("AccessTunnel.Options ranges")
 struct OptionsValidationTests {
     static let cases: [(String, @Sendable (inout AccessTunnel.Options) -> Void, AccessTunnel.Options.Field, String)] = [
-        ("connect timeout 0", { $0.connectTimeout = 0 }, .connectTimeout, "0"),
-        ("connect timeout 601", { $0.connectTimeout = 601 }, .connectTimeout, "601"),
-        ("connect timeout NaN", { $0.connectTimeout = .nan }, .connectTimeout, "nan"),
-        ("keepalive -1", { $0.keepaliveInterval = -1 }, .keepaliveInterval, "-1"),
-        ("keepalive 86401", { $0.keepaliveInterval = 86_401 }, .keepaliveInterval, "86401"),
-        ("half-close linger -0.5", { $0.halfCloseLinger = -0.5 }, .halfCloseLinger, "-0.5"),
-        ("11 retries", { $0.retry = RetryPolicy(maxAttempts: 12, delays: [1]) }, .retries, "11"),
+        ("connect timeout 0", { $0.connectTimeout = .zero }, .connectTimeout, "0"),
+        ("connect timeout 0.5 s", { $0.connectTimeout = .milliseconds(500) }, .connectTimeout, "0.5"),
+        ("connect timeout 601", { $0.connectTimeout = .seconds(601) }, .connectTimeout, "601"),
+        ("keepalive -1", { $0.keepaliveInterval = .seconds(-1) }, .keepaliveInterval, "-1"),
+        ("keepalive 86401", { $0.keepaliveInterval = .seconds(86_401) }, .keepaliveInterval, "86401"),
+        ("half-close linger -0.5", { $0.halfCloseLinger = .milliseconds(-500) }, .halfCloseLinger, "-0.5"),
+        ("11 retries", { $0.retry = RetryPolicy(maxAttempts: 12, delays: [.seconds(1)]) }, .retries, "11"),
         ("max connections 0", { $0.limits = ListenerLimits(maxConcurrentConnections: 0, stopAcceptingAfterFirstConnection: false) },
          .maxConcurrentConnections, "0"),
     ]
@@ -38,19 +38,18 @@ struct OptionsValidationTests {
     @Test("the defaults and the edges of each range are accepted")
     func inRange() throws {
         try AccessTunnel.Options().validate()
-        var options = AccessTunnel.Options(connectTimeout: 1, retry: RetryPolicy(maxAttempts: 11, delays: [1]),
-                                           keepaliveInterval: 0)
-        options.halfCloseLinger = 3600
+        var options = AccessTunnel.Options(connectTimeout: .seconds(1), retry: RetryPolicy(maxAttempts: 11, delays: [.seconds(1)]),
+                                           keepaliveInterval: .zero, halfCloseLinger: .seconds(3600))
         try options.validate()
-        options = AccessTunnel.Options(connectTimeout: 600, retry: .never, keepaliveInterval: 86_400)
-        options.halfCloseLinger = 0
+        options = AccessTunnel.Options(connectTimeout: .seconds(600), retry: .never, keepaliveInterval: .seconds(86_400),
+                                       halfCloseLinger: .zero)
         try options.validate()
     }
 
     @Test("connect with an option out of range fails at once as a configuration failure; nothing is dialled")
     func connectRefusesBadOptions() async {
         let transport = ScriptedTransport([.succeed])
-        let tunnel = AccessTunnel(options: .init(connectTimeout: 0), logger: quiet, transport: transport, clock: ManualClock())
+        let tunnel = AccessTunnel(options: .init(connectTimeout: .zero), logger: quiet, transport: transport, clock: ManualClock())
         do {
             _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
             Issue.record("connect succeeded with a connect timeout of 0")

@@ -27,11 +27,11 @@ struct ProviderCommandTests {
         var store: FileTokenStore { FileTokenStore(directory: temp.path) }
 
         init(edge: ProviderFlowTests.Edge = .init(), clock: any WallClock = FakeClock(ProviderFlowTests.now),
-             lock: (any LoginLock)? = nil, lockWait: Double = LoginLockRules.maximumWait,
+             lock: (any LoginLock)? = nil, lockWait: Duration = .seconds(600),
              override: @escaping @Sendable (HTTPRequest) -> Result<HTTPResponse, TunnelFailure>? = { _ in nil }) {
             let fallback = ProviderFlowTests.scripted(edge)
             http = ScriptedHTTP { request in override(request) ?? fallback.answerClosure(request) }
-            let configuration = AccessLoginConfiguration(tokenDirectory: temp.path, lockMaximumWaitSeconds: lockWait)
+            let configuration = AccessLoginConfiguration(tokenDirectory: temp.path, lockMaximumWait: lockWait)
             provider = AccessTokenProvider(configuration: configuration, logger: log.logger, http: http,
                                            box: VectorKeyBox(), store: nil, lock: lock, browser: NoBrowser(),
                                            clock: clock, presenter: presenter)
@@ -209,7 +209,7 @@ struct ProviderCommandTests {
 
     @Test func aLockHeldTooLongFails() async throws {
         let clock = FakeClock(ProviderFlowTests.now, stepping: true)
-        let rig = Rig(clock: clock, lock: HeldLock(pid: 4242), lockWait: 10)
+        let rig = Rig(clock: clock, lock: HeldLock(pid: 4242), lockWait: .seconds(10))
         defer { rig.temp.remove() }
         let failure = await Self.failure { () async throws(TunnelFailure) in
             _ = try await rig.provider.appToken(for: Self.origin, interactive: true)

@@ -15,9 +15,9 @@ private let serviceToken = try! ServiceToken(clientID: testTokenID, clientSecret
 
 /// A connect timeout of 60 s by default: what these tests check is not how long a dial may take,
 /// and a loaded 2-core CI machine running suites side by side needed more than 15 s once.
-private func options(edge: EdgeFixture, keepalive: Int = 30, limits: ListenerLimits = .singleConnection,
-                     timeout: Double = 60, caFile: String? = "") -> AccessTunnel.Options {
-    AccessTunnel.Options(connectTo: try! ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+private func options(edge: EdgeFixture, keepalive: Duration = .seconds(30), limits: ListenerLimits = .singleConnection,
+                     timeout: Duration = .seconds(60), caFile: String? = "") throws -> AccessTunnel.Options {
+    AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
                          caFile: caFile == "" ? edge.certs.caFile.path : caFile,
                          connectTimeout: timeout, retry: .never, limits: limits, keepaliveInterval: keepalive)
 }
@@ -74,7 +74,7 @@ struct LibraryIntegrationTests {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
-        let tunnel = AccessTunnel(options: options(edge: edge), logger: quiet)
+        let tunnel = AccessTunnel(options: try options(edge: edge), logger: quiet)
         let listeningBefore = listeningSocketsOfThisProcess()
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(serviceToken))
         #expect(tunnel.currentState == .connected(localPort: 0))
@@ -84,7 +84,7 @@ struct LibraryIntegrationTests {
         let session = try #require(CCFSSH2_session_init())
         defer { libssh2_session_free(session) }
         libssh2_session_set_blocking(session, 1)
-        #expect(libssh2_session_handshake(session, stream.fileDescriptor) == 0)
+        #expect(libssh2_session_handshake(session, stream.fileDescriptor.rawValue) == 0)
 
         // The host key libssh2 saw is sshd's.
         let hash = try #require(libssh2_hostkey_hash(session, LIBSSH2_HOSTKEY_HASH_SHA256))
@@ -120,13 +120,13 @@ struct LibraryIntegrationTests {
         let echoTarget = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address,
                                    serviceTokens: [(testTokenID, testTokenSecret)], idleTimeout: 3)
-        for keepalive in [1, 0] {
-            let tunnel = AccessTunnel(options: options(edge: edge, keepalive: keepalive), logger: quiet)
+        for keepalive in [Duration.seconds(1), .zero] {
+            let tunnel = AccessTunnel(options: try options(edge: edge, keepalive: keepalive), logger: quiet)
             let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
             let client = try ClientSocket(port: Int(port))
             #expect(try echo(client, "before") == "before")
             try await Task.sleep(nanoseconds: 7_000_000_000)   // idle, more than twice the cut-off
-            if keepalive > 0 {
+            if keepalive > .zero {
                 #expect(try echo(client, "after") == "after", "the idle tunnel was cut despite keepalive")
             } else {
                 #expect(try await offPool { client.waitForEOF(timeout: 10) }, "without keepalive the edge should have cut the idle tunnel")
@@ -145,7 +145,7 @@ struct LibraryIntegrationTests {
                                    serviceTokens: [(testTokenID, testTokenSecret)], extraArguments: ["--ignore-pings"])
         let store = MemoryLog()
         let logger = store.logger
-        let tunnel = AccessTunnel(options: options(edge: edge, keepalive: 1), logger: logger)
+        let tunnel = AccessTunnel(options: try options(edge: edge, keepalive: .seconds(1)), logger: logger)
         let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
         let client = try ClientSocket(port: Int(port))
         #expect(try echo(client, "hello") == "hello")
@@ -159,7 +159,7 @@ struct LibraryIntegrationTests {
     func defaultLimits() async throws {
         let echoTarget = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address, serviceTokens: [(testTokenID, testTokenSecret)])
-        let tunnel = AccessTunnel(options: options(edge: edge), logger: quiet)
+        let tunnel = AccessTunnel(options: try options(edge: edge), logger: quiet)
         let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
         let first = try ClientSocket(port: Int(port))
         #expect(try echo(first, "one") == "one")
@@ -172,7 +172,7 @@ struct LibraryIntegrationTests {
         let echoTarget = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address, serviceTokens: [(testTokenID, testTokenSecret)])
         let limits = ListenerLimits(maxConcurrentConnections: 1, stopAcceptingAfterFirstConnection: false)
-        let tunnel = AccessTunnel(options: options(edge: edge, limits: limits), logger: quiet)
+        let tunnel = AccessTunnel(options: try options(edge: edge, limits: limits), logger: quiet)
         let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
         let first = try ClientSocket(port: Int(port))
         #expect(try echo(first, "one") == "one")
@@ -186,7 +186,7 @@ struct LibraryIntegrationTests {
     func disconnectWhileConnected() async throws {
         let echoTarget = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address, serviceTokens: [(testTokenID, testTokenSecret)])
-        let tunnel = AccessTunnel(options: options(edge: edge, limits: .unlimited), logger: quiet)
+        let tunnel = AccessTunnel(options: try options(edge: edge, limits: .unlimited), logger: quiet)
         let port = try await tunnel.connect(hostname: testHost, method: .serviceToken(serviceToken))
         let client = try ClientSocket(port: Int(port))
         #expect(try echo(client, "hi") == "hi")
@@ -214,15 +214,15 @@ struct LibraryIntegrationTests {
         }
         // Access redirect.
         let wrong = try ServiceToken(clientID: testTokenID, clientSecret: "wrong")
-        let rejected = await attempt(options(edge: edge), .serviceToken(wrong))
+        let rejected = await attempt(try options(edge: edge), .serviceToken(wrong))
         #expect(rejected?.category == .authentication)
         #expect(rejected?.message.hasPrefix("Cloudflare Access rejected the service token") == true)
         // Bad CA.
-        let badCA = await attempt(options(edge: edge, caFile: nil), .serviceToken(serviceToken))
+        let badCA = await attempt(try options(edge: edge, caFile: nil), .serviceToken(serviceToken))
         #expect(badCA?.category == .transport)
         #expect(badCA?.message.contains("unable to get local issuer certificate") == true)
         // Refused port.
-        var refusedOptions = options(edge: edge)
+        var refusedOptions = try options(edge: edge)
         refusedOptions.connectTo = try ConnectTarget.parse("127.0.0.1:\(try freeLoopbackPort())")
         let refused = await attempt(refusedOptions, .serviceToken(serviceToken))
         #expect(refused?.message.hasPrefix("Connection refused") == true)
@@ -231,7 +231,7 @@ struct LibraryIntegrationTests {
         let silent = try LoopbackListener(address: try ListenAddress.parse("127.0.0.1:0", allowNonLoopback: false))
         let held = LockedBox<[Int32]>([])
         silent.startAccepting { fd in held.withLock { $0.append(fd) } }
-        var silentOptions = options(edge: edge, timeout: 2)
+        var silentOptions = try options(edge: edge, timeout: .seconds(2))
         silentOptions.connectTo = try ConnectTarget.parse("127.0.0.1:\(silent.port)")
         let timedOut = await attempt(silentOptions, .serviceToken(serviceToken))
         #expect(timedOut?.message.hasPrefix("Connection timed out.") == true, "\(String(describing: timedOut))")

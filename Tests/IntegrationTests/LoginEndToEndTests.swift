@@ -111,6 +111,21 @@ struct LoginEndToEndTests {
         #expect(world.loginLeftovers.isEmpty)
     }
 
+    @Test("a cached token goes with the first dial: the next run makes no discovery request (issue 17.7)")
+    func cachedTokenNeedsNoDiscovery() throws {
+        let echo = try TargetFixture(.echo)
+        let world = try LoginWorld(target: echo.address)
+        try echoThroughStdio(arguments: world.tunnelArguments, environment: try world.browserEnvironment(), payload: "first")
+        // The first run dialled without a credential, met the login redirect, then looked up.
+        #expect(try world.counter("metadataRequests") == 1)
+        let rejected = try world.counter("upgradesRejected")
+        #expect(rejected == 1)
+        try echoThroughStdio(arguments: world.tunnelArguments, environment: try world.browserEnvironment(), payload: "second")
+        #expect(try world.counter("metadataRequests") == 1)
+        #expect(try world.counter("upgradesRejected") == rejected)
+        #expect(world.browserOpens.count == 1)
+    }
+
     @Test("a stale lock left by a dead process is reclaimed")
     func staleLockIsReclaimed() throws {
         let echo = try TargetFixture(.echo)
@@ -136,7 +151,8 @@ struct LoginEndToEndTests {
         try echoThroughStdio(arguments: world.tunnelArguments, environment: try world.browserEnvironment(),
                              payload: "cached")
         #expect(world.browserOpens.isEmpty)
-        #expect(try world.counter("metadataRequests") >= 1)
+        // Found by its name alone and sent with the first dial: no discovery request (issue 17.7).
+        #expect(try world.counter("metadataRequests") == 0)
         #expect(try String(contentsOf: world.appTokenFile, encoding: .utf8) == token)
     }
 
@@ -331,6 +347,9 @@ struct LoginFaultTests {
         let world = try LoginWorld(target: echo.address)
         try echoThroughStdio(arguments: world.tunnelArguments, environment: try world.browserEnvironment(), payload: "before")
         _ = try world.admin("rotate-key")
+        // Without the app token the next run looks the application up (its metadata now signed
+        // with the new key) and gets a token through the org token, without a browser.
+        try FileManager.default.removeItem(at: world.appTokenFile)
         try echoThroughStdio(arguments: world.tunnelArguments, environment: try world.browserEnvironment(), payload: "after")
         #expect(try world.counter("jwksRequests") == 2)
         #expect(world.browserOpens.count == 1)

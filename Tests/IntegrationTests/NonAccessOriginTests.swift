@@ -1,4 +1,7 @@
+import AccessTestSupport
+import CFAccessTCP
 import Foundation
+import Logging
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -71,5 +74,56 @@ struct NonAccessOriginTests {
         var got: [UInt8] = []
         _ = try client.receive(count: payload.count) { got += $0 }
         #expect(got == payload)
+    }
+
+    @Test("issue 17.7: no credential and an origin whose HTTP requests fail: the tunnel dials first and works, no HEAD is sent")
+    func headFailsButTheTunnelWorks() throws {
+        let edge = try HostileEdge(mode: "pong-echo")
+        let tokens = try makeTempDir("cfat-noaccess")
+        defer { try? FileManager.default.removeItem(at: tokens) }
+        // The origin is what the issue describes: its WebSocket works, a HEAD fails.
+        let curl = which("curl")
+        try requireRealPart(curl != nil, "curl (package curl)")
+        let head = try run(URL(fileURLWithPath: curl!), ["-sS", "-I", "--max-time", "10", "--cacert", try certs().caFile.path,
+                                                         "--connect-to", "\(testHost):443:127.0.0.1:\(edge.port)",
+                                                         "https://\(testHost)/"], timeout: 20)
+        #expect(head.status != 0, "the hostile origin answered a HEAD")
+        _ = try edge.waitForEvent { $0.hasPrefix("not-an-upgrade HEAD") }
+
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"),
+                                         ["--hostname", testHost, "--connect-to", "127.0.0.1:\(edge.port)",
+                                          "--ca-file", try certs().caFile.path, "--token-dir", tokens.path, "--no-browser",
+                                          "--half-close-linger", "0"], stdin: .pipe)
+        defer { process.terminate() }
+        try process.writeStdin(Data("dial first\n".utf8))
+        let echoed = try process.waitForStdout(byteCount: 11, timeout: 60)
+        #expect(echoed == Data("dial first\n".utf8), "\(process.outputReport())")
+        process.closeStdin()
+        #expect(try process.waitForExit(timeout: 30) == ExitStatus.success.rawValue, "\(process.outputReport())")
+        #expect(edge.events.filter { $0.hasPrefix("not-an-upgrade") }.count == 1, "the client sent an HTTP request: \(edge.events)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: tokens.path)) ?? []).isEmpty)
+    }
+
+    @Test("issue 17.7, the library: .oauth with the built-in login reaches an origin whose HEAD fails; no lookup, no login")
+    func libraryHeadFails() async throws {
+        let edge = try HostileEdge(mode: "pong-echo")
+        let tokens = try makeTempDir("cfat-noaccess")
+        defer { try? FileManager.default.removeItem(at: tokens) }
+        let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+        let presenter = RecordingPresenter()
+        let provider = AccessTokenProvider(configuration: AccessLoginConfiguration(tokenDirectory: tokens.path,
+                                                                                   caFile: try certs().caFile.path),
+                                           logger: quiet, browser: NoBrowser(), presenter: presenter)
+        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+                                           caFile: try certs().caFile.path, connectTimeout: .seconds(60), retry: .never)
+        let tunnel = AccessTunnel(options: options, logger: quiet)
+        let stream = try await tunnel.openStream(hostname: testHost, method: .oauth(provider))
+        try await stream.write(Array("library\n".utf8))
+        var back: [UInt8] = []
+        while back.count < 8, let chunk = try await stream.read() { back += chunk }
+        #expect(back == Array("library\n".utf8))
+        #expect(edge.events.filter { $0.hasPrefix("not-an-upgrade") }.isEmpty, "\(edge.events)")
+        #expect(presenter.shown.isEmpty)
+        await tunnel.disconnect()
     }
 }

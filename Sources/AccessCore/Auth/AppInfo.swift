@@ -21,7 +21,7 @@ public struct AppInfo: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// Why a metadata JWT was refused: one case per claim check of PROTOCOL.md §2.
-public enum MetadataProblem: Error, Sendable, Equatable, CustomStringConvertible {
+package enum MetadataProblem: Error, Sendable, Equatable, CustomStringConvertible {
     /// `type` is not `"match"` (or missing).
     case wrongType(String?)
     /// `hostname` differs from the requested host (case-insensitively) or is missing.
@@ -38,7 +38,7 @@ public enum MetadataProblem: Error, Sendable, Equatable, CustomStringConvertible
     case issuedInTheFuture(Date)
 
     /// A short phrase for messages (no token content).
-    public var description: String {
+    package var description: String {
         switch self {
         case .wrongType(let type):
             return "its type is \(Display.quoted(type ?? "", limit: 20)) instead of \"match\""

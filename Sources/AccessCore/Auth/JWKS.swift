@@ -1,16 +1,16 @@
 import Foundation
 
 /// One RSA public key of a JWKS (RFC 7517): its `kid` and big-endian modulus and exponent.
-public struct RSAPublicJWK: Sendable, Equatable {
+package struct RSAPublicJWK: Sendable, Equatable {
     /// `kid`.
-    public let keyID: String
+    package let keyID: String
     /// `n`, big-endian bytes.
-    public let modulus: [UInt8]
+    package let modulus: [UInt8]
     /// `e`, big-endian bytes.
-    public let exponent: [UInt8]
+    package let exponent: [UInt8]
 
     /// Creates a key.
-    public init(keyID: String, modulus: [UInt8], exponent: [UInt8]) {
+    package init(keyID: String, modulus: [UInt8], exponent: [UInt8]) {
         self.keyID = keyID
         self.modulus = modulus
         self.exponent = exponent

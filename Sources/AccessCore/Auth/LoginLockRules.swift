@@ -1,23 +1,23 @@
 import Foundation
 
 /// The content of a `<token path>.lock` file: `{"pid":…,"start_time":…}` (PROTOCOL.md §3).
-public struct LoginLockRecord: Sendable, Equatable {
+package struct LoginLockRecord: Sendable, Equatable {
     /// The holder's process id.
-    public let pid: Int32
+    package let pid: Int32
     /// The holder's start time, milliseconds since 1970.
-    public let startTimeMilliseconds: Int64
+    package let startTimeMilliseconds: Int64
 
     /// Creates a record.
-    public init(pid: Int32, startTimeMilliseconds: Int64) {
+    package init(pid: Int32, startTimeMilliseconds: Int64) {
         self.pid = pid
         self.startTimeMilliseconds = startTimeMilliseconds
     }
 
     /// `{"pid":123,"start_time":1700000000000}`.
-    public var json: String { "{\"pid\":\(pid),\"start_time\":\(startTimeMilliseconds)}" }
+    package var json: String { "{\"pid\":\(pid),\"start_time\":\(startTimeMilliseconds)}" }
 
     /// Parses the JSON written by `json` (or cloudflared); nil for anything else.
-    public static func parse(_ bytes: [UInt8]) -> LoginLockRecord? {
+    package static func parse(_ bytes: [UInt8]) -> LoginLockRecord? {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
               let pid = object["pid"] as? NSNumber, let start = object["start_time"] as? NSNumber,
               pid.int64Value > 0, pid.int64Value <= Int64(Int32.max), start.int64Value > 0 else { return nil }
@@ -26,18 +26,14 @@ public struct LoginLockRecord: Sendable, Equatable {
 }
 
 /// Whether an existing lock file still belongs to a live login (PROTOCOL.md §3).
-public enum LoginLockRules {
+package enum LoginLockRules {
     /// A lock older than this is stale whatever it says.
-    public static let maximumAge: TimeInterval = 10 * 60
+    package static let maximumAge: TimeInterval = 10 * 60
     /// The holder's start time may differ by this much (clock granularity).
-    public static let startTimeToleranceMilliseconds: Int64 = 1000
-    /// How long to wait between checks of a held lock.
-    public static let pollInterval: TimeInterval = 2
-    /// How long to wait for a held lock in total.
-    public static let maximumWait: TimeInterval = 10 * 60
+    package static let startTimeToleranceMilliseconds: Int64 = 1000
 
     /// The verdict on a lock file.
-    public enum Verdict: Sendable, Equatable {
+    package enum Verdict: Sendable, Equatable {
         /// A live process holds it: wait.
         case held(pid: Int32)
         /// Remove it and take the lock; the reason is for an info line.
@@ -51,7 +47,7 @@ public enum LoginLockRules {
     ///   - startTimeOfProcess: the start time (ms) of a live process, nil if none has that pid.
     /// Stale when unreadable or not a lock record, older than 10 min, its process is gone,
     /// or that pid now belongs to a process started at another time (pid reuse, ±1 s).
-    public static func verdict(content: [UInt8]?, modifiedAt: Date, now: Date,
+    package static func verdict(content: [UInt8]?, modifiedAt: Date, now: Date,
                                startTimeOfProcess: (Int32) -> Int64?) -> Verdict {
         guard let content, let record = LoginLockRecord.parse(content) else {
             return .stale("its content is unreadable")

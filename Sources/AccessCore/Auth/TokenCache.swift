@@ -24,6 +24,20 @@ package enum TokenCacheNaming {
     /// `<name>.url`: the login URL the lock's holder is waiting on.
     package static func urlFileName(for tokenFileName: String) -> String { tokenFileName + ".url" }
 
+    /// The application AUD in the name of an app token file of exactly `host` (an application
+    /// whose hostname is `host`, without path or wildcard): `<host>-<AUD>-token` gives `AUD`.
+    /// nil for any other file (another host, an org token, a path or wildcard application).
+    /// It lets a tunnel offer the cached token before any discovery request.
+    package static func audience(ofAppTokenFile name: String, host: String) -> String? {
+        let prefix = host + "-", suffix = "-token"
+        guard !host.isEmpty, name.hasPrefix(prefix), name.hasSuffix(suffix),
+              name.count > prefix.count + suffix.count else { return nil }
+        let audience = name.dropFirst(prefix.count).dropLast(suffix.count)
+        // An AUD is a hex tag: a dash would mean a longer hostname ("<host>-x-<AUD>"), "org" an org token.
+        guard audience.allSatisfy({ $0.isHexDigit }) else { return nil }
+        return String(audience)
+    }
+
     /// Whether `name` is one of our token files (app or org token), for `logout`.
     package static func isTokenFileName(_ name: String) -> Bool {
         name.hasSuffix("-token") && !name.hasPrefix(".")

@@ -2,7 +2,7 @@
 /// says what to do; none holds a token. Outside text goes through `Redaction`.
 extension TunnelFailure {
     /// The origin answered the metadata request without `cf-access-metadata`.
-    public static func noAccessApplication(url: String) -> TunnelFailure {
+    package static func noAccessApplication(url: String) -> TunnelFailure {
         TunnelFailure(category: .configuration, isRetryable: false,
                       message: "No Access application at \(Redaction.url(url)): check the hostname",
                       detail: "no cf-access-metadata header in the answer",
@@ -10,14 +10,14 @@ extension TunnelFailure {
     }
 
     /// The metadata JWT was refused by a claim check.
-    public static func metadataRejected(host: String, problem: MetadataProblem) -> TunnelFailure {
+    package static func metadataRejected(host: String, problem: MetadataProblem) -> TunnelFailure {
         TunnelFailure(category: .authentication, isRetryable: false,
                       message: "The Access application metadata of \(host) was refused: \(problem); check the hostname and the system clock",
                       detail: "\(problem)", kind: .metadataInvalid)
     }
 
     /// The metadata JWT is malformed, unsigned with a known key, or its signature is wrong.
-    public static func metadataUnverified(host: String, reason: String) -> TunnelFailure {
+    package static func metadataUnverified(host: String, reason: String) -> TunnelFailure {
         TunnelFailure(category: .authentication, isRetryable: false,
                       message: "The Access application metadata of \(host) could not be verified: \(reason); "
                           + "the answer did not come from Cloudflare Access (check the address overrides and the network)",
@@ -25,7 +25,7 @@ extension TunnelFailure {
     }
 
     /// The key set of the auth domain could not be had.
-    public static func keySetUnavailable(authDomain: String, reason: String) -> TunnelFailure {
+    package static func keySetUnavailable(authDomain: String, reason: String) -> TunnelFailure {
         TunnelFailure(category: .transport, isRetryable: true,
                       message: "Cannot get the signing keys of \(authDomain): \(reason); check the network and try again",
                       detail: reason, kind: .keySetUnavailable)
@@ -45,23 +45,24 @@ extension TunnelFailure {
                       detail: "\(host): \(reason)", kind: .loginFailed)
     }
 
-    /// Nobody completed the login in time.
-    public static func loginTimedOut(host: String, seconds: Int) -> TunnelFailure {
-        TunnelFailure(category: .authentication, isRetryable: true,
+    /// Nobody completed the login within `waited`.
+    public static func loginTimedOut(host: String, after waited: Duration) -> TunnelFailure {
+        let seconds = Int(waited.components.seconds)
+        return TunnelFailure(category: .authentication, isRetryable: true,
                       message: "Login to \(host) was not completed within \(seconds / 60 > 0 ? "\(seconds / 60) min" : "\(seconds) s"): "
                           + "open the login URL and finish the login, then try again",
                       detail: "no login to \(host) within \(seconds) s", kind: .loginTimedOut)
     }
 
     /// The transfer service answered ≥ 500. `detail` is its body, already scrubbed.
-    public static func transferServiceFailed(status: Int, detail: String) -> TunnelFailure {
+    package static func transferServiceFailed(status: Int, detail: String) -> TunnelFailure {
         TunnelFailure(category: .transport, isRetryable: true,
                       message: "The Cloudflare login service failed (HTTP \(status))\(detail.isEmpty ? "" : ": " + detail); try again later",
                       detail: "HTTP \(status)", kind: .transferServiceFailed)
     }
 
     /// Another process held the login lock for too long.
-    public static func loginLockTimedOut(path: String) -> TunnelFailure {
+    package static func loginLockTimedOut(path: String) -> TunnelFailure {
         TunnelFailure(category: .authentication, isRetryable: true,
                       message: "Another cf-access-tcp or cloudflared login has held \(path) for 10 minutes: "
                           + "finish or stop that login, then try again",

@@ -7,8 +7,12 @@
 package struct SessionStateMachine: Sendable, Equatable {
     /// Which credential an attempt uses.
     package enum Credential: Sendable, Equatable {
-        /// The service token headers.
+        /// The service token headers (or none, for a method without a credential).
         case serviceToken
+        /// What the OAuth flow holds without a request or a person — a stored app token — or
+        /// else nothing: the first dial of an OAuth session, which learns whether the origin
+        /// wants Access at all (issue 17.7, as cloudflared dials first).
+        case stored
         /// An OAuth app token (from the cache or a login).
         case oauth
     }
@@ -17,7 +21,8 @@ package struct SessionStateMachine: Sendable, Equatable {
     package struct Plan: Sendable, Equatable {
         /// The first credential to try.
         package let primary: Credential
-        /// Try OAuth when Access rejects the service token (off unless asked for).
+        /// Try OAuth when Access rejects the first credential (off unless asked for, or the
+        /// first credential is `.stored`).
         package let fallbackToOAuth: Bool
         /// Retries of retryable failures.
         package let retry: RetryPolicy
@@ -25,7 +30,7 @@ package struct SessionStateMachine: Sendable, Equatable {
         /// Creates a plan.
         package init(primary: Credential, fallbackToOAuth: Bool = false, retry: RetryPolicy = .standard) {
             self.primary = primary
-            self.fallbackToOAuth = fallbackToOAuth && primary == .serviceToken
+            self.fallbackToOAuth = fallbackToOAuth && primary != .oauth
             self.retry = retry
         }
     }
@@ -36,6 +41,9 @@ package struct SessionStateMachine: Sendable, Equatable {
         case connectRequested(Plan)
         /// The credential is at hand.
         case authenticated
+        /// The `.stored` credential was looked up: `found` says whether a stored token goes with
+        /// the dial (if Access refuses it, the login that follows replaces it).
+        case storedTokenLookedUp(found: Bool)
         /// Getting the credential failed.
         case authenticationFailed(TunnelFailure)
         /// The WebSocket upgrade succeeded.
@@ -70,7 +78,7 @@ package struct SessionStateMachine: Sendable, Equatable {
         /// Stop the connect deadline.
         case cancelDeadline
         /// Wait, then deliver `.retryDue`.
-        case scheduleRetry(afterSeconds: Double, attempt: Int)
+        case scheduleRetry(after: Duration, attempt: Int)
         /// Close the listener, every bridged connection and anything in flight.
         case tearDown
         /// Publish this state to subscribers.
@@ -90,6 +98,7 @@ package struct SessionStateMachine: Sendable, Equatable {
     private var attempt = 1
     private var fellBack = false
     private var refreshedOAuth = false
+    private var storedTokenPresented = false
 
     /// A machine in `.idle`.
     package init() {}
@@ -110,7 +119,12 @@ package struct SessionStateMachine: Sendable, Equatable {
             attempt = 1
             fellBack = false
             refreshedOAuth = false
+            storedTokenPresented = false
             return authenticate(refresh: false)
+
+        case (.authenticating, .storedTokenLookedUp(let found)) where credential == .stored:
+            storedTokenPresented = found
+            return move(to: .connecting) + [.dial(credential)]
 
         case (.authenticating, .authenticated):
             // An OAuth login may wait on a person: the connect deadline starts once it is done.
@@ -124,10 +138,13 @@ package struct SessionStateMachine: Sendable, Equatable {
 
         case (.connecting, .dialFailed(let failure)):
             if failure.category == .authentication {
-                if credential == .serviceToken, plan.fallbackToOAuth, !fellBack {
+                if credential != .oauth, plan.fallbackToOAuth, !fellBack {
+                    // A stored token Access refused is stale: the login replaces it, once.
+                    let refresh = credential == .stored && storedTokenPresented
                     fellBack = true
                     credential = .oauth
-                    return authenticate(refresh: false)
+                    refreshedOAuth = refresh
+                    return authenticate(refresh: refresh)
                 }
                 if credential == .oauth, !refreshedOAuth {
                     // The edge redirected again: the stored app token is stale. Drop it, log in once more.
@@ -180,7 +197,7 @@ package struct SessionStateMachine: Sendable, Equatable {
         if failure.isRetryable, let delay = plan.retry.delay(beforeAttempt: attempt + 1) {
             attempt += 1
             return [.cancelDeadline, .tearDown] + move(to: .reconnecting(attempt: attempt))
-                + [.scheduleRetry(afterSeconds: delay, attempt: attempt)]
+                + [.scheduleRetry(after: delay, attempt: attempt)]
         }
         return [.cancelDeadline, .tearDown] + move(to: .failed(failure))
     }

@@ -45,20 +45,29 @@ package struct CurlHTTPClient: HTTPClient {
     }
 
     /// Sends `request` on a dedicated thread and returns the answer as it is (3xx included).
+    /// Cancelling the calling task aborts the transfer within about a second (libcurl's progress
+    /// callback, which it calls at least once a second even while the server is silent) and
+    /// throws kind `.cancelled`.
     package func send(_ request: HTTPRequest) async throws(TunnelFailure) -> HTTPResponse {
-        let result: Result<HTTPResponse, TunnelFailure> = await withCheckedContinuation { continuation in
-            let thread = Thread { [self] in
-                continuation.resume(returning: perform(request))
+        let cancelled = LockedBox(false)
+        let result: Result<HTTPResponse, TunnelFailure> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let thread = Thread { [self] in
+                    continuation.resume(returning: perform(request, cancelled: cancelled))
+                }
+                thread.name = "cf-access-tcp curl"
+                thread.start()
             }
-            thread.name = "cf-access-tcp curl"
-            thread.start()
+        } onCancel: {
+            cancelled.withLock { $0 = true }
         }
         return try result.get()
     }
 
-    /// Runs one transfer; blocking.
-    private func perform(_ request: HTTPRequest) -> Result<HTTPResponse, TunnelFailure> {
+    /// Runs one transfer; blocking. It stops (CURLE_ABORTED_BY_CALLBACK) once `cancelled` is set.
+    private func perform(_ request: HTTPRequest, cancelled: LockedBox<Bool>) -> Result<HTTPResponse, TunnelFailure> {
         let host = URL(string: request.url)?.host ?? "the server"
+        if cancelled.withLock({ $0 }) { return .failure(.cancelled("the request to \(host)")) }
         let curl: CurlLibrary
         switch CurlLibrary.shared {
         case .success(let loaded): curl = loaded
@@ -68,7 +77,7 @@ package struct CurlHTTPClient: HTTPClient {
             return .failure(.internalError("libcurl could not be initialised"))
         }
         defer { curl.easyCleanup(handle) }
-        let sink = ResponseSink(limit: Self.bodyLimit)
+        let sink = ResponseSink(limit: Self.bodyLimit, cancelled: cancelled)
         let sinkPointer = Unmanaged.passRetained(sink)
         defer { sinkPointer.release() }
 
@@ -135,11 +144,18 @@ package struct CurlHTTPClient: HTTPClient {
             set(CURLOPT_WRITEDATA, pointer: opaque)
             ok = ok && CCFShim_curl_setopt_write(curl.easySetopt, handle, CURLOPT_HEADERFUNCTION, curlHeaderCallback) == CURLE_OK
             set(CURLOPT_HEADERDATA, pointer: opaque)
+            // A function pointer travels through the variadic setopt like any pointer (POSIX).
+            set(CURLOPT_XFERINFOFUNCTION, pointer: unsafeBitCast(curlProgressCallback, to: UnsafeRawPointer.self))
+            set(CURLOPT_XFERINFODATA, pointer: opaque)
+            set(CURLOPT_NOPROGRESS, 0)
             guard ok else { return CURLE_FAILED_INIT }
             return curl.easyPerform(handle)
         }
         let reason = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         guard code == CURLE_OK else {
+            if code == CURLE_ABORTED_BY_CALLBACK, cancelled.withLock({ $0 }) {
+                return .failure(.cancelled("the request to \(host)"))
+            }
             if sink.headersOverflowed || code == CURLE_OUT_OF_MEMORY {
                 // libcurl says "Out of memory" for a header line over its own 100 KB cap.
                 return .failure(TunnelFailure(category: .protocolViolation, isRetryable: false,
@@ -211,7 +227,13 @@ private final class ResponseSink {
     var headerBytes = 0
     var headersOverflowed = false
 
-    init(limit: Int) { self.limit = limit }
+    /// Set when the caller's task is cancelled: the progress callback then aborts the transfer.
+    let cancelled: LockedBox<Bool>
+
+    init(limit: Int, cancelled: LockedBox<Bool>) {
+        self.limit = limit
+        self.cancelled = cancelled
+    }
 
     func appendHeaderLine(_ bytes: UnsafeRawBufferPointer) {
         // "\r\n" is one Character in Swift: trim by scalars, not with hasSuffix("\n").
@@ -241,6 +263,14 @@ private let curlBodyCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int,
     }
     sink.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: total))
     return total
+}
+
+/// libcurl's progress callback (`CURLOPT_XFERINFOFUNCTION`): non-zero aborts the transfer.
+private let curlProgressCallback: @convention(c) (UnsafeMutableRawPointer?, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> Int32 = {
+    user, _, _, _, _ in
+    guard let user else { return 0 }
+    let sink = Unmanaged<ResponseSink>.fromOpaque(user).takeUnretainedValue()
+    return sink.cancelled.withLock { $0 } ? 1 : 0
 }
 
 private let curlHeaderCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {

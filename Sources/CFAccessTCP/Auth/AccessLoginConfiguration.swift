@@ -7,9 +7,9 @@ public struct AccessLoginConfiguration: Sendable {
     public var tokenDirectory: String
     /// A PEM file of CA certificates to trust instead of the system store.
     public var caFile: String?
-    /// `--resolve HOST:PORT:ADDR` overrides for every HTTPS request of the flows.
+    /// `HOST:PORT:ADDR` overrides (like curl's `--resolve`) for every HTTPS request of the flows.
     public var resolve: [ResolveOverride]
-    /// `--connect-to` overrides (libcurl's `CONNECT_TO`): requests to a host go to another
+    /// Connect-to overrides (libcurl's `CONNECT_TO`): requests to a host go to another
     /// address, names and certificate checks unchanged.
     public var connectTo: [ConnectOverride]
     /// The transfer service base URL; nil means Cloudflare's (or FedRAMP's, see `fedRAMP`).
@@ -20,24 +20,24 @@ public struct AccessLoginConfiguration: Sendable {
     public var fedRAMP: Bool
     /// Polls of the transfer service at most (10, as cloudflared).
     public var maximumPolls: Int
-    /// Seconds each poll may take (60: the service holds the request until the login is done).
-    public var pollTimeoutSeconds: Int
-    /// Seconds to wait after a "not yet" answer before polling again.
-    public var pollIntervalSeconds: Double
+    /// How long each poll may take (60 s: the service holds the request until the login is
+    /// done). Whole seconds; a fraction counts as a second more.
+    public var pollTimeout: Duration
+    /// The wait after a "not yet" answer before polling again (1 s).
+    public var pollInterval: Duration
     /// Ask Access to close the browser's "you may close this window" page by itself after the
     /// login (`close_interstitial=true` in the login URL; cloudflared's `--auto-close`).
     public var closeInterstitial: Bool = false
-    /// Seconds between checks of a lock held by another process (2).
-    public var lockPollIntervalSeconds: Double
-    /// Seconds to wait for another process's login at most (600).
-    public var lockMaximumWaitSeconds: Double
+    /// The wait between checks of a lock held by another process (2 s).
+    public var lockPollInterval: Duration
+    /// How long to wait for another process's login at most (10 min).
+    public var lockMaximumWait: Duration
 
     /// A configuration; defaults follow PROTOCOL.md §3.
     public init(tokenDirectory: String, caFile: String? = nil, resolve: [ResolveOverride] = [],
                 connectTo: [ConnectOverride] = [], transferBaseURL: String? = nil, noBrowser: Bool = false, fedRAMP: Bool = false,
-                maximumPolls: Int = 10, pollTimeoutSeconds: Int = 60, pollIntervalSeconds: Double = 1,
-                lockPollIntervalSeconds: Double = LoginLockRules.pollInterval,
-                lockMaximumWaitSeconds: Double = LoginLockRules.maximumWait) {
+                maximumPolls: Int = 10, pollTimeout: Duration = .seconds(60), pollInterval: Duration = .seconds(1),
+                lockPollInterval: Duration = .seconds(2), lockMaximumWait: Duration = .seconds(600)) {
         self.tokenDirectory = tokenDirectory
         self.caFile = caFile
         self.resolve = resolve
@@ -46,10 +46,10 @@ public struct AccessLoginConfiguration: Sendable {
         self.noBrowser = noBrowser
         self.fedRAMP = fedRAMP
         self.maximumPolls = maximumPolls
-        self.pollTimeoutSeconds = pollTimeoutSeconds
-        self.pollIntervalSeconds = pollIntervalSeconds
-        self.lockPollIntervalSeconds = lockPollIntervalSeconds
-        self.lockMaximumWaitSeconds = lockMaximumWaitSeconds
+        self.pollTimeout = pollTimeout
+        self.pollInterval = pollInterval
+        self.lockPollInterval = lockPollInterval
+        self.lockMaximumWait = lockMaximumWait
     }
 
     /// The transfer service base URL in effect.

@@ -10,6 +10,8 @@ extension AccessTokenProvider {
         do {
             return .success(try await obtainThrowing(origin: origin, interactive: interactive))
         } catch {
+            // Whatever step the cancellation interrupted (a poll, the lock wait, a request).
+            if Task.isCancelled, interactive { return .failure(.loginCancelled(host: origin.host)) }
             return .failure(error)
         }
     }
@@ -30,6 +32,8 @@ extension AccessTokenProvider {
         defer { handle.release() }
         if let token = cachedToken(appName, audience: app.appAUD) { return token }
         if let token = await exchangeOrgToken(origin: origin, app: app, appName: appName) { return token }
+        // Cancelled meanwhile: no browser, no URL file.
+        if Task.isCancelled { throw .loginCancelled(host: origin.host) }
         return try await transfer(origin: origin, app: app, appName: appName)
     }
 
@@ -61,10 +65,10 @@ extension AccessTokenProvider {
                         shownURL = url != nil
                     }
                 }
-                if clock.now().timeIntervalSince(start) >= configuration.lockMaximumWaitSeconds {
+                if clock.now().timeIntervalSince(start) >= configuration.lockMaximumWait.secondsValue {
                     throw .loginLockTimedOut(path: store.path(of: TokenCacheNaming.lockFileName(for: appName)))
                 }
-                guard await clock.sleep(seconds: configuration.lockPollIntervalSeconds) else {
+                guard await clock.sleep(for: configuration.lockPollInterval) else {
                     throw .loginCancelled(host: host)
                 }
             }
@@ -129,8 +133,8 @@ extension AccessTokenProvider {
         let ticker = Task {
             var second = 0
             while !Task.isCancelled {
-                presenter.waiting(elapsedSeconds: second, presentation: presentation)
-                guard await clock.sleep(seconds: 1) else { break }
+                presenter.waiting(elapsed: .seconds(second), presentation: presentation)
+                guard await clock.sleep(for: .seconds(1)) else { break }
                 second = max(second + 1, Int(clock.now().timeIntervalSince(start)))
             }
         }
@@ -145,11 +149,11 @@ extension AccessTokenProvider {
             let response: HTTPResponse
             do {
                 response = try await http.send(HTTPRequest(method: "GET", url: pollURL,
-                                                           timeoutSeconds: configuration.pollTimeoutSeconds))
+                                                           timeoutSeconds: max(1, configuration.pollTimeout.wholeSecondsRoundedUp)))
             } catch {
                 guard error.isRetryable else { throw error }
                 logger.debug("transfer poll failed; polling again", metadata: ["attempt": "\(attempt)", "reason": "\(error.message)"])
-                guard await clock.sleep(seconds: configuration.pollIntervalSeconds) else { throw .loginCancelled(host: origin.host) }
+                guard await clock.sleep(for: configuration.pollInterval) else { throw .loginCancelled(host: origin.host) }
                 continue
             }
             switch TransferRules.interpret(status: response.status,
@@ -157,7 +161,7 @@ extension AccessTokenProvider {
                                            body: response.body) {
             case .notYet:
                 logger.debug("login not completed yet", metadata: ["attempt": "\(attempt)", "status": "\(response.status)"])
-                guard await clock.sleep(seconds: configuration.pollIntervalSeconds) else { throw .loginCancelled(host: origin.host) }
+                guard await clock.sleep(for: configuration.pollInterval) else { throw .loginCancelled(host: origin.host) }
             case .serviceError(let status, let detail):
                 throw .transferServiceFailed(status: status, detail: detail)
             case .malformed(let reason):
@@ -188,6 +192,6 @@ extension AccessTokenProvider {
             }
         }
         let waited = Int(clock.now().timeIntervalSince(start))
-        throw .loginTimedOut(host: origin.host, seconds: max(waited, 1))
+        throw .loginTimedOut(host: origin.host, after: .seconds(max(waited, 1)))
     }
 }

@@ -34,26 +34,40 @@ public actor AccessTokenProvider {
     let presenter: any LoginPresenter
 
     var appInfos: [String: AppInfo] = [:]
+    /// The cache file and token `storedAppToken` last gave for each origin (a refresh deletes it).
+    var storedTokens: [String: (file: String, token: String)] = [:]
     /// When this process last fetched each auth domain's key set.
     var keySetFetches: [String: Date] = [:]
-    var current: InFlight?
-    /// The lookup or login in flight: what it is for, its number, and the cache generation it
-    /// started in.
-    struct InFlight {
-        let key: String
-        let id: Int
-        let generation: Int
-        let task: Task<Result<String, TunnelFailure>, Never>
-    }
+    /// The lookup or login in flight (one at a time).
+    var current: SharedLogin?
     var nextInFlightID = 0
     /// Counts `invalidate` calls: a lookup that started before the last one may have read the
     /// token that was just refused (issue 12.3).
     var cacheGeneration = 0
 
-    /// A provider; every effect has a real default (nil: libcurl, OpenSSL, libsodium, the token
-    /// directory's files and lock, the system browser) and can be replaced by a test double.
+    /// A provider.
+    /// - Parameters:
+    ///   - configuration: where the flows reach Access and where tokens are kept.
+    ///   - logger: the flows' log lines (never a token, cookie or key).
+    ///   - store: the token cache (nil: cloudflared's files in the configuration's directory).
+    ///   - lock: the cross-process login lock (nil: cloudflared's `<token file>.lock` files).
+    ///   - browser: opens the login URL (nil: `xdg-open`, `BROWSER`).
+    ///   - clock: the waits of the login (default: real time).
+    ///   - presenter: what the user sees of a login (default: stderr).
     public init(configuration: AccessLoginConfiguration, logger: Logger,
-                http: (any HTTPClient)? = nil,
+                store: (any TokenStore)? = nil,
+                lock: (any LoginLock)? = nil,
+                browser: (any BrowserOpener)? = nil,
+                clock: any WallClock = SystemWallClock(),
+                presenter: any LoginPresenter = StderrLoginPresenter()) {
+        self.init(configuration: configuration, logger: logger, http: nil, store: store, lock: lock, browser: browser,
+                  clock: clock, presenter: presenter)
+    }
+
+    /// A provider whose HTTP client and crypto can be replaced too (nil: libcurl, OpenSSL,
+    /// libsodium): the package's tests.
+    package init(configuration: AccessLoginConfiguration, logger: Logger,
+                http: (any HTTPClient)?,
                 verifier: (any SignatureVerifier)? = nil,
                 box: (any BoxOpener)? = nil,
                 store: (any TokenStore)? = nil,
@@ -78,6 +92,10 @@ public actor AccessTokenProvider {
 
     /// An application token for `origin`: cached, or from the org-token exchange, or — when
     /// `interactive` — from a browser/device login. Concurrent calls share one login.
+    ///
+    /// Cancelling the calling task ends the wait at once (kind `.loginCancelled`); when no other
+    /// caller waits for the same login, the login stops too: no more polls, the login lock is
+    /// released.
     public func appToken(for origin: OriginURL, interactive: Bool) async throws(TunnelFailure) -> String {
         try await appToken(for: origin, interactive: interactive, startedSince: 0)
     }
@@ -87,22 +105,33 @@ public actor AccessTokenProvider {
     /// may have read the token it is replacing.
     func appToken(for origin: OriginURL, interactive: Bool, startedSince minimumGeneration: Int) async throws(TunnelFailure) -> String {
         let key = origin.httpsURL + (interactive ? " interactive" : "")
+        let cancelled = TunnelFailure.loginCancelled(host: origin.host)
         while true {
             if let running = current {
-                let result = await running.task.value
-                if running.key == key && running.generation >= minimumGeneration { return try result.get() }
-                // Someone else's, or too old: once it is done, start our own.
+                if running.key == key && running.generation >= minimumGeneration && !running.isAbandoned {
+                    return try await running.wait(sharing: true, cancelled: cancelled).get()
+                }
+                // Someone else's, too old, or given up: once it is done, start our own.
+                _ = await running.wait(sharing: false, cancelled: cancelled)
+                if Task.isCancelled { throw cancelled }
                 if current?.id == running.id { current = nil }
                 continue
             }
             nextInFlightID += 1
-            let id = nextInFlightID
-            let task = Task { await self.obtain(origin: origin, interactive: interactive) }
-            current = InFlight(key: key, id: id, generation: cacheGeneration, task: task)
-            let result = await task.value
-            if self.current?.id == id { self.current = nil }
-            return try result.get()
+            let flight = SharedLogin(key: key, id: nextInFlightID, generation: cacheGeneration)
+            current = flight
+            flight.start {
+                let result = await self.obtain(origin: origin, interactive: interactive)
+                await self.ended(flight)
+                return result
+            }
+            return try await flight.wait(sharing: true, cancelled: cancelled).get()
         }
+    }
+
+    /// Forgets `flight` once its work is done.
+    private func ended(_ flight: SharedLogin) {
+        if current?.id == flight.id { current = nil }
     }
 
     /// Deletes the cached app token of `origin` (after the edge redirected a request that
@@ -123,6 +152,29 @@ public actor AccessTokenProvider {
         logger.info("deleting the cached app token", metadata: ["path": "\(store.path(of: name))"])
         store.delete(name)
         cacheGeneration += 1
+    }
+
+    /// The cached, valid app token of `origin`, found without any request: by the application
+    /// this provider discovered for `origin`, or else by cloudflared's file name for an
+    /// application on exactly `origin`'s host (`<host>-<AUD>-token`, valid for that AUD; the
+    /// newest if there are several). A session sends it on its first dial; if Access refuses it,
+    /// `appToken(for:refresh: true)` deletes it.
+    public func storedAppToken(for origin: OriginURL) async -> String? {
+        if let app = appInfos[origin.httpsURL] {
+            return cachedToken(TokenCacheNaming.appTokenFileName(for: app), audience: app.appAUD)
+        }
+        var newest: (file: String, token: String, modifiedAt: Date)?
+        for file in store.fileNames() {
+            guard let audience = TokenCacheNaming.audience(ofAppTokenFile: file, host: origin.host),
+                  case .content(let text, let modifiedAt) = store.read(file),
+                  case .success = TokenCacheRules.check(token: text, requiredAudience: audience, now: clock.now()) else {
+                continue
+            }
+            if newest.map({ modifiedAt > $0.modifiedAt }) ?? true { newest = (file, text, modifiedAt) }
+        }
+        guard let newest else { return nil }
+        storedTokens[origin.httpsURL] = (newest.file, newest.token)
+        return newest.token
     }
 
     /// The cached, valid app token of `origin`, or nil; never logs in (for `token`).
@@ -205,6 +257,11 @@ extension AccessTokenProvider: OAuthFlow {
     /// cached app token is deleted first.
     public func appToken(for origin: OriginURL, refresh: Bool) async throws(TunnelFailure) -> String {
         guard refresh else { return try await appToken(for: origin, interactive: true) }
+        if let (file, token) = storedTokens.removeValue(forKey: origin.httpsURL),
+           case .content(let text, _) = store.read(file), text == token {
+            logger.info("deleting the cached app token Access refused", metadata: ["path": "\(store.path(of: file))"])
+            store.delete(file)
+        }
         await invalidate(for: origin)
         // Only a lookup started after this invalidation may answer (issue 12.3).
         return try await appToken(for: origin, interactive: true, startedSince: cacheGeneration)

@@ -14,8 +14,8 @@ public enum LoginPresentation: Sendable, Equatable {
 public protocol LoginPresenter: Sendable {
     /// The login URL is ready; a browser was started, or it must be opened elsewhere.
     func loginStarted(url: String, presentation: LoginPresentation)
-    /// Still waiting, `elapsedSeconds` after the start.
-    func waiting(elapsedSeconds: Int, presentation: LoginPresentation)
+    /// Still waiting, `elapsed` (whole seconds) after the start; called about once a second.
+    func waiting(elapsed: Duration, presentation: LoginPresentation)
     /// Another process (`pid`) is logging in; `url` is its login URL if it wrote one.
     func waitingForOtherProcess(pid: Int32, url: String?)
     /// The wait is over (success or not).
@@ -57,7 +57,8 @@ public struct StderrLoginPresenter: LoginPresenter {
     }
 
     /// The progress line.
-    public func waiting(elapsedSeconds: Int, presentation: LoginPresentation) {
+    public func waiting(elapsed: Duration, presentation: LoginPresentation) {
+        let elapsedSeconds = Int(elapsed.components.seconds)
         let place = presentation == .browser ? "in the browser" : "on the other device"
         let text = "Waiting for login \(place)… \(elapsedSeconds / 60):\(String(format: "%02d", elapsedSeconds % 60))"
         if isTerminal {

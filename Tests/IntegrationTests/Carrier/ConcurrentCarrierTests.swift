@@ -27,7 +27,7 @@ struct ConcurrentCarrierTests {
         // The first dial waits, held, until the second tunnel has started: on a loaded machine
         // (every suite side by side on two cores) that took over 60 s once, so 120 s.
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: try certs().caFile.path, connectTimeout: 120, retry: .never)
+                                           caFile: try certs().caFile.path, connectTimeout: .seconds(120), retry: .never)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
         let first = AccessTunnel(options: options, logger: quiet)
@@ -51,7 +51,7 @@ struct ConcurrentCarrierTests {
             }
             // Bytes go both ways through the tunnel.
             let message = Array("through the \(name) tunnel\n".utf8)
-            let fd = stream.fileDescriptor
+            let fd = stream.fileDescriptor.rawValue
             let back = try await offPool { () -> [UInt8] in
                 // MSG_NOSIGNAL: the library no longer ignores SIGPIPE for the whole process.
                 guard send(fd, message, message.count, Int32(MSG_NOSIGNAL)) == message.count else { return [] }

@@ -10,9 +10,9 @@ import Glibc
 private let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 private let serviceToken = try! ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
 
-private func options(port: Int, limits: ListenerLimits = .singleConnection, keepalive: Int = 30) throws -> AccessTunnel.Options {
+private func options(port: Int, limits: ListenerLimits = .singleConnection, keepalive: Duration = .seconds(30)) throws -> AccessTunnel.Options {
     AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(port)"), caFile: try certs().caFile.path,
-                         connectTimeout: 60, retry: .never, limits: limits, keepaliveInterval: keepalive)
+                         connectTimeout: .seconds(60), retry: .never, limits: limits, keepaliveInterval: keepalive)
 }
 
 /// Collects every state a subscriber sees, from before `connect`.

@@ -64,7 +64,7 @@ do {
     // 1. The tunnel as a connected socket: no listening port anywhere.
     let stream = try await tunnel.openStream(hostname: hostname, method: .serviceToken(token))
     // 2. NIO adopts the socket and closes it with the channel: the stream gives up ownership.
-    let descriptor = stream.release()
+    let descriptor = stream.releaseFileDescriptor().rawValue
     let channel = try await ClientBootstrap(group: group)
         .channelInitializer { channel in
             channel.eventLoop.makeCompletedFuture {
