@@ -56,6 +56,10 @@ def include_flags(tool):
             flags += ["-I", directory]
     for modulemap in glob.glob(os.path.join(ROOT, ".build", TARGET, "debug", "*.build", "module.modulemap")):
         flags += ["-Xcc", "-fmodule-map-file=" + modulemap]
+    # C modules of dependencies (swift-system's CSystem, which FileDescriptor's module imports).
+    for modulemap in sorted(glob.glob(os.path.join(ROOT, ".build", "checkouts", "*", "Sources", "*", "include",
+                                                   "module.modulemap"))):
+        flags += ["-Xcc", "-fmodule-map-file=" + modulemap, "-I", os.path.dirname(modulemap)]
     return flags
 
 

@@ -12,7 +12,7 @@ import Glibc
 private let libssh2Initialised: Int32 = libssh2_init(0)
 
 /// An SSH client session (libssh2) over a connected socket, typically a tunnel from
-/// ``AccessTunnel/openStream(hostname:method:)``: handshake with the host-key check, authentication,
+/// `AccessTunnel.openStream(hostname:method:)`: handshake with the host-key check, authentication,
 /// commands and interactive shells. No TCP port is involved.
 ///
 /// ```swift

@@ -46,7 +46,7 @@ public actor AccessTunnel {
         public var keepaliveInterval: Duration
         /// `HOST:PORT:ADDR` overrides for the WebSocket dial, like curl's `--resolve`.
         public var resolveOverrides: [ResolveOverride]
-        /// An HTTP proxy for the WebSocket dial (see ``ProxySettings/fromEnvironment(_:host:port:)``).
+        /// An HTTP proxy for the WebSocket dial (the tool reads `HTTPS_PROXY` and `NO_PROXY` into it).
         public var proxy: ProxySettings?
         /// How long a tunnel keeps delivering the edge's bytes after the local side finished
         /// sending (half-close), unless the edge closes first; `.zero` closes at once. At most 1 h.

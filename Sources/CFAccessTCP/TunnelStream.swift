@@ -141,7 +141,7 @@ public final class TunnelStream: Sendable {
 
     /// Why the tunnel ended: returns once its WebSocket and the carrier's side of the socket are
     /// closed (a Close handshake by either side, a reset, a protocol violation, a keepalive
-    /// timeout, …). See ``TunnelEnd/isClean``.
+    /// timeout, …). See `TunnelEnd.isClean`.
     public var ended: TunnelEnd {
         get async { await end.value }
     }

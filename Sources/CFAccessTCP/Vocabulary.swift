@@ -25,7 +25,7 @@ public typealias AppInfo = AccessCore.AppInfo
 
 // MARK: Failures
 
-/// A failure of the tunnel or the login: a ``TunnelFailure/Kind`` to switch on, a category, a
+/// A failure of the tunnel or the login: a `TunnelFailure.Kind` to switch on, a category, a
 /// retry hint and one plain line for people.
 public typealias TunnelFailure = AccessCore.TunnelFailure
 /// The setting a person should look at to fix a failure.

@@ -17,8 +17,8 @@ import Logging
 ///   - options: the tunnel's options.
 ///   - logger: where the tunnel logs.
 ///   - clock: waits for retries and the connect deadline (default: real time).
-///   - body: what to do with the tunnel; its result is returned, its error rethrown after the
-///     disconnect.
+///   - isolation: the actor `body` runs on (the caller's, by default).
+///   - body: what to do with the tunnel; its result is returned, its error rethrown after the disconnect.
 public func withAccessTunnel<Value, Failure: Error>(
     options: AccessTunnel.Options = AccessTunnel.Options(),
     logger: Logger = Logger(label: "cf-access-tcp"),
