@@ -65,9 +65,11 @@ struct SSHConfigTests {
         #expect(secret.port == 22)
         #expect(try resolve(text, host: "db1.internal").user == "dba")
         #expect(try resolve(text, host: "db10.internal").user == "everyone")
-        // Host names are lower-cased; patterns are compared as written (as OpenSSH does).
-        #expect(try resolve(text, host: "WORK").hostName == "ssh.example.com")
+        // Patterns are compared with the host as given, case and all (as OpenSSH does); the
+        // name connected to is lower-cased.
+        #expect(try resolve(text, host: "WORK").hostName == "work")
         #expect(try resolve("Host WORK\n  User upper\n", host: "work").user == nil)
+        #expect(try resolve("Host WORK\n  User upper\n", host: "WORK").user == "upper")
         // Lines before the first Host apply to every host.
         #expect(try resolve("User first\nHost x\n  User second\n", host: "x").user == "first")
     }

@@ -44,10 +44,11 @@ public enum SSHRequestTTY: Sendable, Equatable {
 /// keyword wins (`IdentityFile`, `CertificateFile` and `SendEnv` add up), tokens (`%h`, `%r`, `~`,
 /// `${VAR}`) are expanded. nil (or empty) means the file did not say.
 public struct SSHHostConfig: Sendable, Equatable {
-    /// The host as given (lower-cased): what `Host` patterns matched, `%n`.
+    /// The host as given: what `Host` patterns are matched against (as written, so `Host work`
+    /// does not match `WORK`, as in OpenSSH), `%n`.
     public var host: String
-    /// `HostName` (its `%h` expanded), else ``host``: the name to connect to — for an Access
-    /// tunnel, the Access hostname.
+    /// `HostName` (its `%h` expanded), else ``host``, lower-cased: the name to connect to — for
+    /// an Access tunnel, the Access hostname.
     public var hostName: String
     /// The user: the one given to ``SSHConfigResolver/resolve(host:user:port:)``, else `User`.
     public var user: String?
@@ -84,7 +85,7 @@ public struct SSHHostConfig: Sendable, Equatable {
     /// Settings for `host` with nothing set.
     public init(host: String) {
         self.host = host
-        hostName = host
+        hostName = host.lowercased()
     }
 
     /// The variables to send for a session: those of `local` whose names match a `SendEnv`
@@ -201,7 +202,7 @@ public struct SSHConfigResolver: Sendable {
     /// The settings for `host` (as given on the command line). `user` and `port`, when given
     /// (`user@host`, `-l`, `-p`), win over the files' `User` and `Port`.
     public func resolve(host: String, user: String? = nil, port: Int? = nil) throws(SSHConfigError) -> SSHHostConfig {
-        var state = Resolution(host: host.lowercased())
+        var state = Resolution(host: host)
         for file in files {
             var active = true
             try apply(file, state: &state, active: &active, neverMatch: false, depth: 0)
@@ -535,7 +536,7 @@ private struct Resolution {
 }
 
 /// OpenSSH's wildcard patterns (`match_pattern`): `*` any run of characters, `?` any one;
-/// case-sensitive, as ssh compares a lower-cased host name with the pattern as written.
+/// case-sensitive, as ssh compares the host as given with the pattern as written.
 enum SSHPattern {
     /// Whether all of `text` matches `pattern`.
     static func matches(_ text: String, pattern: String) -> Bool {
