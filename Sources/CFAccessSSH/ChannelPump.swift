@@ -130,6 +130,7 @@ extension SSHSession {
                             again = true
                             let written = buffer.withUnsafeBytes { sink(stream, UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
                             if !written {
+                                if errno == EPIPE { return (true, .outputClosed) }
                                 return (true, .localOutputFailed(String(cString: strerror(errno))))
                             }
                             continue

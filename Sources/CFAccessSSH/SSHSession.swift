@@ -297,6 +297,18 @@ public final class SSHSession: @unchecked Sendable {
             }
         case .privateKey(let path, let passphrase):
             try await onThread { session throws(SSHFailure) in
+                // As OpenSSH does, a certificate beside the key (`key-cert.pub`) is offered first,
+                // then the bare key (libssh2 presents a certificate given as the public key file).
+                let certificate = path + "-cert.pub"
+                if FileManager.default.isReadableFile(atPath: certificate) {
+                    let rc = try session.retry("authenticating", until: session.deadline()) {
+                        libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), certificate, path,
+                                                               passphrase)
+                    }
+                    if rc == 0 { return }
+                    let failure = session.failure(rc, "using the certificate \(certificate)")
+                    if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+                }
                 let rc = try session.retry("authenticating", until: session.deadline()) {
                     libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), nil, path, passphrase)
                 }
@@ -355,10 +367,13 @@ public final class SSHSession: @unchecked Sendable {
     // MARK: Channels
 
     /// Runs `command` with `input` as its stdin and returns its output and exit status.
-    public func exec(_ command: String, input: Data = Data()) async throws(SSHFailure) -> SSHExecResult {
+    /// `environment` is asked for first (servers set only the names their `AcceptEnv` allows;
+    /// the others are skipped).
+    public func exec(_ command: String, input: Data = Data(), environment: [String: String] = [:]) async throws(SSHFailure)
+        -> SSHExecResult {
         let collector = OutputCollector()
         let end = try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
-            let channel = try session.openChannel(command: command, terminal: nil)
+            let channel = try session.openChannel(command: command, terminal: nil, environment: environment)
             let control = try ChannelControl()
             if !input.isEmpty { control.post(.write(input)) }
             control.post(.endOfInput)
@@ -371,41 +386,74 @@ public final class SSHSession: @unchecked Sendable {
     /// Runs `command`, copying `standardInput` (nil: none) to it and its stdout and stderr to
     /// the given descriptors as they arrive, until it ends: the escape hatch for piping local
     /// files, pipes or a terminal straight through (the caller keeps owning the descriptors).
+    /// `environment` is asked for first, as with ``exec(_:input:environment:)``.
     public func exec(_ command: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
-                     standardError: FileDescriptor) async throws(SSHFailure) -> SSHChannelEnd {
+                     standardError: FileDescriptor, environment: [String: String] = [:]) async throws(SSHFailure)
+        -> SSHChannelEnd {
+        try await run(command: command, standardInput: standardInput, standardOutput: standardOutput,
+                      standardError: standardError, environment: environment)
+    }
+
+    /// Starts the login shell without a pseudo-terminal (ssh's `-T` without a command): it reads
+    /// `standardInput` as its commands; otherwise as ``exec(_:standardInput:standardOutput:standardError:environment:)``.
+    public func shell(standardInput: FileDescriptor?, standardOutput: FileDescriptor, standardError: FileDescriptor,
+                      environment: [String: String] = [:]) async throws(SSHFailure) -> SSHChannelEnd {
+        try await run(command: nil, standardInput: standardInput, standardOutput: standardOutput,
+                      standardError: standardError, environment: environment)
+    }
+
+    private func run(command: String?, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
+                     standardError: FileDescriptor, environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd {
         let input = standardInput?.rawValue
         let (output, error) = (standardOutput.rawValue, standardError.rawValue)
         return try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
-            let channel = try session.openChannel(command: command, terminal: nil)
+            let channel = try session.openChannel(command: command, terminal: nil, environment: environment)
             let control = try ChannelControl()
             if input == nil { control.post(.endOfInput) }
             return session.pump(channel: channel, input: input, sink: descriptorSink(output: output, error: error), control: control)
         }
     }
 
-    /// Opens an interactive channel with a pseudo-terminal: the login shell, or `command`
-    /// (e.g. `tmux new-session -A -s main`). Run it with ``SSHInteractiveChannel/run(input:output:)``.
-    public func openShell(terminal: SSHTerminal, command: String? = nil) async throws(SSHFailure) -> SSHInteractiveChannel {
+    /// Opens an interactive channel with a pseudo-terminal (its type, size and modes from
+    /// `terminal`): the login shell, or `command` (e.g. `tmux new-session -A -s main`), with
+    /// `environment` asked for first. Run it with ``SSHInteractiveChannel/run(input:output:)``.
+    public func openShell(terminal: SSHTerminal, command: String? = nil, environment: [String: String] = [:]) async throws(SSHFailure)
+        -> SSHInteractiveChannel {
         let control = try ChannelControl()
         let channel = try await onThread { session throws(SSHFailure) -> ChannelHandle in
-            ChannelHandle(raw: try session.openChannel(command: command, terminal: terminal))
+            ChannelHandle(raw: try session.openChannel(command: command, terminal: terminal, environment: environment))
         }
         return SSHInteractiveChannel(session: self, channel: channel, control: control)
     }
 
-    /// Opens a session channel and starts `command` (exec) or a shell, with a PTY if `terminal`.
-    func openChannel(command: String?, terminal: SSHTerminal?) throws(SSHFailure) -> OpaquePointer {
+    /// Opens a session channel and starts `command` (exec) or a shell, with a PTY if `terminal`,
+    /// after asking for `environment` (a variable the server refuses is skipped, as ssh skips it).
+    func openChannel(command: String?, terminal: SSHTerminal?, environment: [String: String] = [:]) throws(SSHFailure)
+        -> OpaquePointer {
         let deadline = self.deadline()
         let opened = try retryPointer("opening a channel", until: deadline) { CCFSSH2_channel_open_session(raw) }
         guard let channel = opened else {
             throw failure(libssh2_session_last_errno(raw), "opening a channel")
         }
         do throws(SSHFailure) {
+            for (name, value) in environment.sorted(by: { $0.key < $1.key }) {
+                let rc = try retry("setting \(name)", until: deadline) {
+                    libssh2_channel_setenv_ex(channel, name, UInt32(name.utf8.count), value, UInt32(value.utf8.count))
+                }
+                if rc == 0 || rc == LIBSSH2_ERROR_CHANNEL_REQUEST_DENIED { continue }
+                let failure = failure(rc, "setting \(name)")
+                if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+            }
             if let terminal {
                 let term = terminal.term
+                // libssh2 takes at most 256 bytes of terminal type and modes.
+                let modes = terminal.modes.encoded(fitting: 256 - term.utf8.count)
                 let rc = try retry("requesting a terminal", until: deadline) {
-                    libssh2_channel_request_pty_ex(channel, term, UInt32(term.utf8.count), nil, 0,
-                                                   Int32(terminal.columns), Int32(terminal.rows), 0, 0)
+                    modes.withUnsafeBytes { bytes in
+                        libssh2_channel_request_pty_ex(channel, term, UInt32(term.utf8.count),
+                                                       bytes.baseAddress?.assumingMemoryBound(to: CChar.self), UInt32(bytes.count),
+                                                       Int32(terminal.columns), Int32(terminal.rows), 0, 0)
+                    }
                 }
                 guard rc == 0 else { throw failure(rc, "requesting a terminal") }
             }

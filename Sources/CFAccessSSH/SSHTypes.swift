@@ -53,12 +53,16 @@ public struct SSHTerminal: Sendable, Equatable {
     public var columns: Int
     /// Height in lines.
     public var rows: Int
+    /// The local terminal's modes (interrupt character, erase, CR/NL handling, speeds, …),
+    /// sent with the PTY request so the remote terminal behaves like the local one.
+    public var modes: SSHTerminalModes
 
     /// Creates a terminal description.
-    public init(term: String, columns: Int, rows: Int) {
+    public init(term: String, columns: Int, rows: Int, modes: SSHTerminalModes = .none) {
         self.term = term
         self.columns = columns
         self.rows = rows
+        self.modes = modes
     }
 }
 
@@ -102,8 +106,11 @@ public enum SSHChannelEnd: Sendable, Equatable {
     case closed
     /// The connection broke (tunnel or SSH transport).
     case lost(SSHFailure)
-    /// Writing the channel's output locally failed (e.g. stdout closed).
+    /// Writing the channel's output locally failed (e.g. a full disk).
     case localOutputFailed(String)
+    /// The local reader of the output went away (a closed pipe, as in `… | head -1`); the
+    /// channel was closed, so the remote command gets no more room to write.
+    case outputClosed
 }
 
 /// The output and exit status of a command run with ``SSHSession/exec(_:input:)``.

@@ -7,6 +7,9 @@ import Logging
 /// (Libraries never bootstrap logging; only this executable does.)
 struct LoggingSetup {
     let logger: Logger
+    /// The sink when records go to stderr (nil with a log file): `shell` mutes it while a session
+    /// has the terminal, so no record lands in the middle of it.
+    let terminal: LineSink?
 
     /// Checks a `--loglevel` value without setting anything up.
     static func checkLevel(_ raw: String) throws(ConfigurationError) {
@@ -36,8 +39,10 @@ struct LoggingSetup {
         let sink: LineSink
         if let path {
             sink = LineSink(fd: try Self.openLogFile(path))
+            terminal = nil
         } else {
             sink = LineSink(fd: STDERR_FILENO)
+            terminal = sink
         }
         LoggingSystem.bootstrap { label in
             var handler = LineLogHandler(label: label, sink: sink)
@@ -95,14 +100,21 @@ extension LoggingSetup {
 /// Serialises whole lines onto one descriptor.
 final class LineSink: Sendable {
     private let fd: Int32
-    private let lock = LockedBox(())
+    /// Whether records are dropped (a session has the terminal).
+    private let lock = LockedBox(false)
 
     init(fd: Int32) { self.fd = fd }
+
+    /// Drops records from now on (`true`) or writes them again (`false`).
+    func mute(_ muted: Bool) {
+        lock.withLock { $0 = muted }
+    }
 
     func write(_ line: String) {
         var bytes = Array(line.utf8)
         bytes.append(0x0A)
-        lock.withLock { _ in
+        lock.withLock { muted in
+            if muted { return }
             var offset = 0
             while offset < bytes.count {
                 let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, bytes.count - offset) }

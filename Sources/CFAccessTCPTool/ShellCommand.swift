@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import ArgumentParser
 import CFAccessSSH
@@ -8,57 +9,88 @@ import Logging
 import Glibc
 #endif
 
-/// `cf-access-tcp shell [user@]host [-- command…]`: the embedded SSH client (libssh2) over the
+/// `cf-access-tcp shell [user@]host [command…]`: the embedded SSH client (libssh2) over the
 /// tunnel, for machines without OpenSSH.
 struct ShellCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "shell",
         abstract: "Open an SSH session through the tunnel with the built-in SSH client (no ssh needed).",
         discussion: """
-        Without a command: an interactive shell on a pseudo-terminal. With `-- command args…`: runs \
-        it, streams its stdout and stderr, forwards stdin, and exits with its exit status.
+        Without a command: an interactive shell on a pseudo-terminal. With a command (after the \
+        destination, as with ssh, or after --): runs it, streams its stdout and stderr, forwards stdin, \
+        and exits with its exit status. ssh's letters mean what they mean in ssh: -p -l -i -F -o -q -T -t.
 
-        Authentication, in OpenSSH's order: ssh-agent (SSH_AUTH_SOCK), keys (-i, then \
-        ~/.ssh/id_ed25519, id_ecdsa, id_rsa), keyboard-interactive, password (asked on the terminal; \
-        after it succeeds, it can be saved in the system keyring through the Secret Service). Host \
+        ~/.ssh/config (or -F FILE) and /etc/ssh/ssh_config are read as ssh reads them: Host blocks \
+        with HostName (the Access hostname), User, Port, IdentityFile, IdentitiesOnly, \
+        ServerAliveInterval, ServerAliveCountMax, ConnectTimeout, StrictHostKeyChecking, \
+        UserKnownHostsFile, SendEnv, SetEnv, RequestTTY, LogLevel; -o Keyword=value wins over the files. \
+        Match blocks are skipped. LANG and LC_* are sent (SendEnv, as in Debian's ssh_config).
+
+        Authentication, in OpenSSH's order: ssh-agent (SSH_AUTH_SOCK), keys (-i and IdentityFile, \
+        else ~/.ssh/id_ed25519, id_ecdsa, id_rsa; a key's -cert.pub certificate is offered first), \
+        keyboard-interactive, password (asked on the terminal; after it succeeds, it can be saved in \
+        the system keyring through the Secret Service). With --short-lived-cert, or when the token \
+        directory holds <host>-cf_key, the Access short-lived certificate (ssh-gen) is used first. Host \
         keys are checked against ~/.ssh/known_hosts under the Access hostname.
 
         Examples:
           cf-access-tcp shell me@ssh.example.com
-          cf-access-tcp shell me@ssh.example.com -- uptime
+          cf-access-tcp shell me@ssh.example.com uptime
+          cf-access-tcp shell work                   (Host work / HostName ssh.example.com in ~/.ssh/config)
           cf-access-tcp shell me@ssh.example.com --tmux main     (reattached after a reconnect)
         """
     )
 
-    @OptionGroup var flags: TunnelFlags
+    @OptionGroup var flags: TunnelFlagsNamed<ShellFlagNames>
 
-    @Option(name: .customShort("p"), help: "The SSH port the known_hosts entry and the saved password are keyed to (default 22).")
-    var port: Int = 22
+    @Option(name: .customShort("p", allowingJoined: true),
+            help: "The SSH port the known_hosts entry and the saved password are keyed to (default: Port in ssh_config, else 22).")
+    var port: Int?
 
-    @Option(name: .customShort("l"), help: "The user to log in as (default: user@ of the destination, else $USER).")
+    @Option(name: .customShort("l", allowingJoined: true), help: "The user to log in as (default: user@ of the destination, else User in ssh_config, else $USER).")
     var loginName: String?
 
-    @Option(name: .customShort("i"), help: "A private key file to try first (repeatable).")
+    @Option(name: .customShort("i", allowingJoined: true), help: "A private key file to try first (repeatable); its -cert.pub certificate is offered too.")
     var identity: [String] = []
 
-    @Flag(name: .customShort("t"), help: "Run the command on a pseudo-terminal, like ssh -t (for full-screen programs); needs a terminal.")
-    var forceTerminal = false
+    @Option(name: .customShort("F", allowingJoined: true),
+            help: "The ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config (none: no file).")
+    var configFile: String?
+
+    @Option(name: .customShort("o", allowingJoined: true),
+            help: "An ssh_config option, Keyword=value, e.g. -o User=me (repeatable; wins over the files).")
+    var options: [String] = []
+
+    @Flag(name: .customShort("q"), help: "Quiet: no \"Connecting…\", \"Connected\", \"Connection … closed.\" or other informational lines.")
+    var quiet = false
+
+    @Flag(name: .customShort("T"), help: "No pseudo-terminal, like ssh -T (without a command: the login shell reads stdin).")
+    var noTerminal = false
+
+    @Flag(name: .customShort("t"),
+          help: "A pseudo-terminal even for a command, like ssh -t (full-screen programs); -tt even when stdin is not a terminal.")
+    var terminalRequests: Int
 
     @Flag(name: .customLong("accept-new"), help: "Add an unknown host key to known_hosts without asking (a changed key is still refused).")
     var acceptNew = false
 
-    @Option(name: .customLong("known-hosts"), help: "The known_hosts file (default ~/.ssh/known_hosts).")
+    @Option(name: .customLong("known-hosts"), help: "The known_hosts file (default: UserKnownHostsFile in ssh_config, else ~/.ssh/known_hosts).")
     var knownHostsFile: String?
 
-    @Option(name: .customLong("timeout"), help: "Seconds to connect (tunnel and SSH handshake) before \"Connection timed out.\" (default 15).")
-    var timeout: Int = 15
+    @Option(name: .customLong("timeout"),
+            help: "Seconds to connect (tunnel and SSH handshake) before \"Connection timed out.\" (default: ConnectTimeout in ssh_config, else 15).")
+    var timeout: Int?
 
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
     var tmux: String?
 
     @Option(name: .customLong("server-alive-interval"),
-            help: "Seconds between SSH keepalives; three unanswered mean the connection is lost (default 30, 0 = off).")
-    var serverAliveInterval: Int = 30
+            help: "Seconds between SSH keepalives; three unanswered mean the connection is lost (default: ServerAliveInterval in ssh_config, else 30; 0 = off).")
+    var serverAliveInterval: Int?
+
+    @Flag(name: .customLong("short-lived-cert"),
+          help: "Log in with the Access short-lived SSH certificate (as ssh-gen makes it; renewed when needed). Used without the flag when <token dir>/<host>-cf_key exists.")
+    var shortLivedCert = false
 
     @Flag(name: .customLong("no-reconnect"), help: "Do not reconnect an interactive session after the connection is lost.")
     var noReconnect = false
@@ -66,31 +98,69 @@ struct ShellCommand: AsyncParsableCommand {
     @Flag(name: .customLong("forget-password"), help: "Remove the saved password for user@host:port from the keyring, then exit.")
     var forgetPassword = false
 
-    @Argument(help: "[user@]host: the Access-protected hostname.")
+    @Argument(help: "[user@]host: the Access-protected hostname, or a Host of ~/.ssh/config whose HostName is.")
     var destination: String
 
-    @Argument(parsing: .postTerminator, help: "The command to run (after --).")
+    @Argument(parsing: .postTerminator, help: "The command to run (after the destination, or after --).")
     var command: [String] = []
+
+    /// The default keepalive interval in seconds (`--server-alive-interval`, `ServerAliveInterval`).
+    static let defaultServerAliveInterval = 30
+    /// The default connect timeout in seconds (`--timeout`, `ConnectTimeout`).
+    static let defaultTimeout = 15
 
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
         let environment = ProcessInfo.processInfo.environment
         let target: ShellTarget
+        let host: SSHHostConfig
         let settings: TunnelSettings
         let logging: LoggingSetup
+        let timeout: Int
+        let serverAliveInterval: Int
         do {
-            target = try ShellTarget(destination: destination, login: loginName, port: port, environment: environment)
+            guard noTerminal == false || terminalRequests == 0 else {
+                throw ConfigurationError("-T (no terminal) and -t (a terminal) contradict each other: give one")
+            }
+            let given = try ShellTarget(destination: destination, login: loginName, port: port ?? 22, environment: environment)
+            // ssh_config, as ssh reads it: the command line first, then the files.
+            let userGiven = loginName != nil || destination.contains("@")
+            // Host patterns match the host as typed, case and all (as in ssh).
+            let typed = destination.lastIndex(of: "@").map { String(destination[destination.index(after: $0)...]) } ?? destination
+            do {
+                host = try SSHConfigResolver.standard(configFile: configFile, options: options, environment: environment)
+                    .resolve(host: typed.lowercased() == given.host ? typed : given.host, user: userGiven ? given.user : nil,
+                             port: port)
+            } catch {
+                throw ConfigurationError("ssh_config: \(error.description)")
+            }
+            target = try ShellTarget(user: host.user ?? given.user, host: host.hostName, port: host.port ?? 22,
+                                     configured: host.hostName != given.host)
+            timeout = try self.timeout ?? host.connectTimeout.map { duration throws(ConfigurationError) in
+                let seconds = Int(duration.components.seconds)
+                guard (1...600).contains(seconds) else {
+                    throw ConfigurationError("ConnectTimeout \(seconds) in ssh_config: the timeout must be between 1 and 600 seconds")
+                }
+                return seconds
+            } ?? Self.defaultTimeout
             guard (1...600).contains(timeout) else {
                 throw ConfigurationError("--timeout must be between 1 and 600 seconds")
             }
+            serverAliveInterval = self.serverAliveInterval ?? host.serverAliveInterval.map { Int($0.components.seconds) }
+                ?? Self.defaultServerAliveInterval
             guard (0...3600).contains(serverAliveInterval) else {
-                throw ConfigurationError("--server-alive-interval must be between 0 (off) and 3600 seconds")
+                throw ConfigurationError(self.serverAliveInterval == nil
+                    ? "ServerAliveInterval \(serverAliveInterval) in ssh_config: the interval must be between 0 (off) and 3600 seconds"
+                    : "--server-alive-interval must be between 0 (off) and 3600 seconds")
             }
             guard tmux == nil || command.isEmpty else {
                 throw ConfigurationError("--tmux starts a session of its own: give either --tmux or a command")
             }
             if let tmux, tmux.isEmpty || tmux.contains(where: { !($0.isLetter || $0.isNumber || "-_.".contains($0)) }) {
                 throw ConfigurationError("--tmux NAME may only use letters, digits, '-', '_' and '.'")
+            }
+            if tmux != nil && noTerminal {
+                throw ConfigurationError("--tmux needs a terminal: leave out -T")
             }
             for key in identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
@@ -112,31 +182,127 @@ struct ShellCommand: AsyncParsableCommand {
         if forgetPassword {
             throw ExitCode(await forget(target.account))
         }
-        // The flags become the library's policy settings; the tool supplies only the prompts.
-        let prompts = TerminalPrompts()
-        let knownHosts = KnownHosts(path: knownHostsFile ?? KnownHosts.defaultPath(environment: environment))
+        for block in host.skippedMatchBlocks {
+            logging.logger.debug("ssh_config: Match blocks are not supported; skipped the one at \(block)")
+        }
+        let isQuiet = quiet || host.isQuiet
+        // -q: nothing on the terminal but failures, so no log records either.
+        if quiet { logging.terminal?.mute(true) }
+
+        // Keys: the Access short-lived certificate first, then -i, then IdentityFile; OpenSSH's
+        // default files only when no key is named (as ssh adds them).
+        var keys: [String] = []
+        if let certificate = try await shortLivedCertificate(settings: settings, environment: environment, logger: logging.logger) {
+            keys.append(certificate)
+        }
+        keys += identity
+        keys += host.identityFiles.filter { !keys.contains($0) && FileManager.default.isReadableFile(atPath: $0) }
+        let named = !identity.isEmpty || !host.identityFiles.isEmpty
+
+        // The flags and ssh_config become the library's policy settings; the tool supplies only the prompts.
+        let prompts = TerminalPrompts(quiet: isQuiet)
+        let knownHostsPath = knownHostsFile ?? host.userKnownHostsFiles.map { $0.first ?? "/dev/null" }
+            ?? KnownHosts.defaultPath(environment: environment)
+        let checking: SSHHostKeyChecking = acceptNew ? .acceptNew : host.strictHostKeyChecking.map(SSHHostKeyChecking.init) ?? .ask
         let verifier = KnownHostsVerifier(
-            configuration: .init(knownHosts: knownHosts, host: target.host, port: target.port,
-                                 checking: acceptNew ? .acceptNew : .ask),
+            configuration: .init(knownHosts: KnownHosts(path: knownHostsPath), host: target.host, port: target.port,
+                                 checking: checking),
             prompt: prompts)
+        // IdentitiesOnly: no agent keys (the agent's copies of the named keys are the trust
+        // branch's refinement, SSHOrderedAuthentication.Configuration.identitiesOnly).
+        let agent = host.identitiesOnly == true ? nil
+            : SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment)
         let authentication = SSHOrderedAuthentication(
             configuration: .init(account: target.account,
-                                 agentSocketPath: SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment),
-                                 identityFiles: identity,
-                                 defaultIdentityFiles: SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: environment),
+                                 agentSocketPath: agent,
+                                 identityFiles: keys,
+                                 defaultIdentityFiles: named ? [] : SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: environment),
                                  passwordStore: SecretServiceStore()),
             prompts: prompts, logger: logging.logger)
-        let session = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout),
-                                               keepalive: SSHKeepalive(interval: .seconds(serverAliveInterval)))
-        // A command is not run twice: only a shell (or tmux) is reconnected.
-        let reconnect = noReconnect || !command.isEmpty ? SSHReconnectPolicy.never : SSHReconnectPolicy()
+        let keepalive = SSHKeepalive(interval: .seconds(serverAliveInterval), unansweredLimit: host.serverAliveCountMax ?? 3)
+        let session = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
+
+        // ssh's choice of a terminal: -T / -t / -tt (or RequestTTY), a shell by default, none when
+        // stdin is not a terminal unless forced.
+        let request: SSHRequestTTY = noTerminal ? .no : terminalRequests >= 2 ? .force : terminalRequests == 1 ? .yes
+            : host.requestTTY ?? .auto
+        var wantsTerminal = request == .yes || request == .force || (request == .auto && command.isEmpty)
+        if request == .no { wantsTerminal = false }
+        if isatty(0) == 0 && request != .force && wantsTerminal {
+            if !isQuiet { writeStderr("Pseudo-terminal will not be allocated because stdin is not a terminal.") }
+            wantsTerminal = false
+        }
+        let remote = command.isEmpty ? nil : command.joined(separator: " ")
+        let mode: ShellRunner.Mode
+        if wantsTerminal {
+            mode = .terminal(command: remote)
+        } else if let remote {
+            mode = .command(remote)
+        } else if tmux != nil {
+            throw usageFailure("--tmux needs a terminal on stdin (or -tt)")
+        } else {
+            mode = .shellWithoutTerminal
+        }
+        // A command is not run twice: only a shell (or tmux) on a local terminal is reconnected.
+        let reconnect = noReconnect || remote != nil || isatty(0) == 0 ? SSHReconnectPolicy.never : SSHReconnectPolicy()
         let runner = ShellRunner(
-            target: target, settings: settings, logger: logging.logger, environment: environment,
-            prompts: prompts, authentication: authentication, session: session,
-            command: command.isEmpty ? nil : command.joined(separator: " "),
-            tmux: tmux, reconnect: reconnect, terminalCommand: forceTerminal)
+            target: target, settings: settings, logger: logging.logger, terminalLog: logging.terminal,
+            environment: environment, sentEnvironment: host.environment(sending: environment), quiet: isQuiet,
+            prompts: prompts, authentication: authentication, session: session, mode: mode, tmux: tmux, reconnect: reconnect)
         let status = await runner.run()
         throw ExitCode(status)
+    }
+
+    /// The key file of the Access short-lived certificate, when `--short-lived-cert` asks for it
+    /// or the token directory holds the host's `-cf_key`: renewed (logging in when needed) if it
+    /// is missing or about to expire. Without the flag a failure is only noted: the other keys
+    /// are tried. With it, a failure ends the run.
+    private func shortLivedCertificate(settings: TunnelSettings, environment: [String: String],
+                                       logger: Logger) async throws -> String? {
+        // The tunnel's login when it logs in; else one with the same flags (a service token
+        // cannot get a certificate: Access signs for a person's app token).
+        let configuration: AccessLoginConfiguration
+        do {
+            var overrides: [ConnectOverride] = []
+            if let connectTo = settings.options.connectTo {
+                overrides.append(ConnectOverride(origin: settings.origin, target: connectTo))
+            }
+            configuration = try flags.login.configuration(caFile: flags.caFile, connectTo: overrides, environment: environment)
+        } catch {
+            if shortLivedCert { throw usageFailure(error.message) }
+            return nil
+        }
+        let keyPath = configuration.tokenDirectory + "/" + ShortLivedCertificateRules.keyFileName(for: settings.origin)
+        guard shortLivedCert || FileManager.default.fileExists(atPath: keyPath) else { return nil }
+        guard let provider = settings.provider ?? (shortLivedCert ? AccessTokenProvider(
+            configuration: configuration, logger: logger, browser: SystemBrowserOpener(environment: environment)) : nil) else {
+            // Found, not asked for, and the tunnel does not log in (a service token): a good
+            // certificate on disk is used, but no login starts to renew one.
+            let text = FileManager.default.contents(atPath: keyPath + "-cert.pub").map { String(decoding: $0, as: UTF8.self) }
+            if let text, let certificate = try? OpenSSHCertificate.parse(text),
+               certificate.expiresAt.map({ $0.timeIntervalSinceNow > 60 }) ?? true {
+                return keyPath
+            }
+            logger.debug("not using the short-lived SSH certificate: missing or expiring, and the tunnel does not log in",
+                         metadata: ["key": "\(keyPath)"])
+            return nil
+        }
+        do {
+            let certificate = try await runAuthWork { () async throws(TunnelFailure) -> ShortLivedCertificate in
+                try await provider.shortLivedCertificate(for: settings.origin)
+            }
+            logger.debug("using the Access short-lived SSH certificate", metadata: [
+                "certificate": "\(certificate.certificatePath)", "principals": "\(certificate.principals.joined(separator: ","))",
+            ])
+            return certificate.privateKeyPath
+        } catch {
+            guard shortLivedCert else {
+                logger.info("not using the short-lived SSH certificate", metadata: ["reason": "\(error.message)"])
+                return nil
+            }
+            writeStderr("cf-access-tcp: \(error.withFlags)")
+            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+        }
     }
 
     private func forget(_ account: SSHAccount) async -> Int32 {
@@ -180,6 +346,24 @@ struct ShellTarget: Sendable {
             throw ConfigurationError("no user to log in as: give user@host or -l USER")
         }
         self.user = name
+        self.host = host.lowercased()
+        self.port = port
+    }
+
+    /// The target ssh_config resolved to: `host` is its `HostName` (when `configured`, the
+    /// message names ssh_config), `port` its `Port`.
+    init(user: String, host: String, port: Int, configured: Bool) throws(ConfigurationError) {
+        guard !host.isEmpty, !host.contains(where: { $0.isWhitespace || $0 == "/" }) else {
+            throw ConfigurationError(configured ? "HostName \(host) in ssh_config is not a host name"
+                                                : "the destination must be [user@]host, e.g. me@ssh.example.com")
+        }
+        guard (1...65535).contains(port) else {
+            throw ConfigurationError("-p must be a port between 1 and 65535")
+        }
+        guard !user.isEmpty, !user.contains(where: { $0.isWhitespace || $0.isNewline }) else {
+            throw ConfigurationError("no user to log in as: give user@host or -l USER")
+        }
+        self.user = user
         self.host = host.lowercased()
         self.port = port
     }

@@ -1,9 +1,14 @@
 import AccessCore
 import CFAccessSSH
 
-/// The shell mode's one status of its own: a remote command killed by a signal. Every failure's
-/// status is in ExitStatus.swift.
+/// The shell mode's statuses of its own: a closed output and a remote command killed by a signal.
+/// Every failure's status is in ExitStatus.swift.
 extension ExitStatus {
+    /// The status when the reader of the output went away (`shell … | head -1`): 255, what
+    /// OpenSSH's ssh exits with then (checked with ssh 9.2: `ssh host yes | head -1` gives 255
+    /// and no message). The run ends without a line, since nothing went wrong for the reader.
+    static let outputClosedStatus: Int32 = 255
+
     /// The status for a remote command killed by the signal `name` (`TERM`): 128 + its number,
     /// as shells report it (255 for a name we do not know).
     static func remoteSignal(_ name: String) -> Int32 {

@@ -10,6 +10,12 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
     private let queue = DispatchQueue(label: "cf-access-tcp.terminal-prompts")
     /// Set when an unknown host key could not be asked about (no terminal), for the failure line.
     private let unaskedHostKey = LockedBox(false)
+    /// `-q`: informational notices (a key added to known_hosts) are not shown.
+    private let quiet: Bool
+
+    init(quiet: Bool = false) {
+        self.quiet = quiet
+    }
 
     /// Whether there is a terminal to ask.
     var canAsk: Bool { prompter.isAvailable }
@@ -41,6 +47,7 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
     }
 
     func show(_ notice: SSHHostKeyNotice) async {
+        if case .added = notice, quiet { return }
         if case .unknown = notice, prompter.isAvailable {
             prompter.say(notice.text + "\n")   // part of the question
         } else {

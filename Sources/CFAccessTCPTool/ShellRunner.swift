@@ -15,33 +15,50 @@ import Glibc
 /// ``SSHReconnection`` says so; it only adds the progress lines, the terminal modes and the exit
 /// status.
 final class ShellRunner {
+    /// What runs remotely, and how.
+    enum Mode {
+        /// A command without a pseudo-terminal: stdout and stderr apart, stdin forwarded.
+        case command(String)
+        /// The login shell without a pseudo-terminal (`-T`, or stdin is not a terminal): it
+        /// reads its commands from stdin.
+        case shellWithoutTerminal
+        /// A pseudo-terminal: the login shell (or `--tmux`), or a command with `-t`.
+        case terminal(command: String?)
+    }
+
     let target: ShellTarget
     let settings: TunnelSettings
     let logger: Logger
+    /// The log records' sink when it is the terminal (stderr): muted while a session has it.
+    let terminalLog: LineSink?
     let environment: [String: String]
+    /// The variables sent to the server (`SendEnv`, `SetEnv`).
+    let sentEnvironment: [String: String]
+    /// `-q`: no progress lines.
+    let quiet: Bool
     let prompts: TerminalPrompts
     let authentication: SSHOrderedAuthentication
     let session: SSHSession.Configuration
-    let command: String?
+    let mode: Mode
     let tmux: String?
     let reconnect: SSHReconnectPolicy
-    /// `-t`: the command runs on a PTY, like the shell (but is never run again by a reconnect).
-    let terminalCommand: Bool
 
-    init(target: ShellTarget, settings: TunnelSettings, logger: Logger, environment: [String: String],
-         prompts: TerminalPrompts, authentication: SSHOrderedAuthentication, session: SSHSession.Configuration,
-         command: String?, tmux: String?, reconnect: SSHReconnectPolicy, terminalCommand: Bool) {
+    init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
+         sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
+         session: SSHSession.Configuration, mode: Mode, tmux: String?, reconnect: SSHReconnectPolicy) {
         self.target = target
         self.settings = settings
         self.logger = logger
+        self.terminalLog = terminalLog
         self.environment = environment
+        self.sentEnvironment = sentEnvironment
+        self.quiet = quiet
         self.prompts = prompts
         self.authentication = authentication
         self.session = session
-        self.command = command
+        self.mode = mode
         self.tmux = tmux
         self.reconnect = reconnect
-        self.terminalCommand = terminalCommand
     }
 
     /// A failure that ends the run: the line to print and the exit status.
@@ -51,6 +68,11 @@ final class ShellRunner {
     }
 
     func say(_ line: String) { writeStderr(line) }
+
+    /// A progress line (`Connecting…`, `Connected`, `Connection … closed.`): not with `-q`.
+    func progress(_ line: String) {
+        if !quiet { writeStderr(line) }
+    }
 
     /// Runs the session; returns the process exit status.
     func run() async -> Int32 {
@@ -64,11 +86,6 @@ final class ShellRunner {
             return source
         }
         defer { stops.forEach { $0.cancel() } }
-        let interactive = command == nil || terminalCommand
-        if interactive && isatty(0) == 0 {
-            say("cf-access-tcp: an interactive shell needs a terminal on stdin: give a command after --, e.g. shell \(target.user)@\(target.host) -- uptime")
-            return ExitStatus.usage.rawValue
-        }
         let connection: (AccessTunnel, SSHSession)
         do {
             connection = try await connect(first: true)
@@ -76,10 +93,14 @@ final class ShellRunner {
             say("cf-access-tcp: \(error.message)")
             return error.status.rawValue
         }
-        if let command, !terminalCommand {
+        switch mode {
+        case .command(let command):
             return await runCommand(command, tunnel: connection.0, session: connection.1)
+        case .shellWithoutTerminal:
+            return await runCommand(nil, tunnel: connection.0, session: connection.1)
+        case .terminal(let command):
+            return await runInteractive(command: command, tunnel: connection.0, session: connection.1)
         }
-        return await runInteractive(tunnel: connection.0, session: connection.1)
     }
 
     // MARK: Connecting
@@ -87,7 +108,7 @@ final class ShellRunner {
     /// Opens the tunnel and the SSH session: handshake with the host-key check, then
     /// authentication, both by the library's policy.
     func connect(first: Bool) async throws(Stop) -> (AccessTunnel, SSHSession) {
-        if first { say("Connecting to \(target.host)…") }
+        if first { progress("Connecting to \(target.host)…") }
         let tunnel = AccessTunnel(options: settings.options, logger: logger,
                                   transport: LiveTunnelTransport(logger: logger))
         let stream: TunnelStream
@@ -106,7 +127,7 @@ final class ShellRunner {
             await tunnel.disconnect()
             throw Stop(message: line(for: error), status: ExitStatus(error))
         }
-        if first { say("Connected to \(target.host).") }
+        if first { progress("Connected to \(target.host).") }
         return (tunnel, ssh)
     }
 
@@ -121,11 +142,17 @@ final class ShellRunner {
 
     // MARK: Running
 
-    private func runCommand(_ command: String, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
+    /// A command (or, for nil, the login shell) without a pseudo-terminal.
+    private func runCommand(_ command: String?, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
         let end: SSHChannelEnd
         do {
-            end = try await session.exec(command, standardInput: .standardInput, standardOutput: .standardOutput,
-                                         standardError: .standardError)
+            if let command {
+                end = try await session.exec(command, standardInput: .standardInput, standardOutput: .standardOutput,
+                                             standardError: .standardError, environment: sentEnvironment)
+            } else {
+                end = try await session.shell(standardInput: .standardInput, standardOutput: .standardOutput,
+                                              standardError: .standardError, environment: sentEnvironment)
+            }
         } catch {
             await tunnel.disconnect()
             say("cf-access-tcp: \(error.message)")
@@ -149,21 +176,29 @@ final class ShellRunner {
         case .localOutputFailed(let why):
             say("cf-access-tcp: cannot write the output: \(why)")
             return ExitStatus.localIO.rawValue
+        case .outputClosed:
+            // The reader went away (`… | head -1`): quietly, with ssh's status for it.
+            return ExitStatus.outputClosedStatus
         }
     }
 
-    private func runInteractive(tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
+    /// A pseudo-terminal session: the local terminal (if stdin is one) in raw mode, its modes
+    /// sent, and reconnects as the policy says.
+    private func runInteractive(command: String?, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
         var tunnel = tunnel
         var session = session
         let term = environment["TERM"].flatMap { $0.isEmpty ? nil : $0 } ?? "xterm"
         let remoteCommand = command ?? tmux.map { "tmux new-session -A -s \($0)" }
         var reconnection = SSHReconnection(policy: reconnect)
-        guard let raw = RawTerminal(fd: 0) else {
-            say("cf-access-tcp: stdin is not a terminal")
-            return ExitStatus.usage.rawValue
-        }
+        // The modes before raw mode: the remote terminal gets the local one's characters and flags.
+        let modes = SSHTerminalModes(terminal: .standardInput) ?? .none
+        // -tt without a local terminal: the remote one only.
+        let raw = RawTerminal(fd: 0)
+        // From here the terminal is the session's: no log record may land in it (the plain
+        // status lines only); --logfile keeps them.
+        terminalLog?.mute(true)
         defer {
-            raw.restore()
+            raw?.restore()
             TerminalRestorer.forget()
         }
         let current = LockedBox<SSHInteractiveChannel?>(nil)
@@ -180,10 +215,11 @@ final class ShellRunner {
             let size = terminalSize(0)
             let channel: SSHInteractiveChannel
             do {
-                channel = try await session.openShell(terminal: SSHTerminal(term: term, columns: size.columns, rows: size.rows),
-                                                      command: remoteCommand)
+                channel = try await session.openShell(terminal: SSHTerminal(term: term, columns: size.columns, rows: size.rows,
+                                                                            modes: modes),
+                                                      command: remoteCommand, environment: sentEnvironment)
             } catch {
-                raw.restore()
+                raw?.restore()
                 await tunnel.disconnect()
                 say("cf-access-tcp: \(error.message)")
                 return ExitStatus(error).rawValue
@@ -193,13 +229,16 @@ final class ShellRunner {
             current.withLock { $0 = nil }
             var action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {
-                raw.restore()
+                raw?.restore()
                 await session.disconnect(description: "disconnected by user")
                 await tunnel.disconnect()
-                if case .lost = end {} else { say("Connection to \(target.host) closed.") }
+                switch end {
+                case .lost, .outputClosed: break
+                default: progress("Connection to \(target.host) closed.")
+                }
                 return status(of: end)
             }
-            raw.restore()
+            raw?.restore()
             await session.disconnect(description: "connection lost")
             await tunnel.disconnect()
             var reconnected: (AccessTunnel, SSHSession)?
@@ -223,7 +262,7 @@ final class ShellRunner {
             }
             say("Reconnected.")
             (tunnel, session) = reconnected
-            raw.enterRawAgain()
+            raw?.enterRawAgain()
         }
     }
 }

@@ -1,12 +1,36 @@
 import ArgumentParser
 
+/// The names of the two tunnel flags that have short letters in cloudflared (`-T`, `-L`): `shell`
+/// leaves the letters to their ssh meanings (`-T` no terminal, `-L` forwarding).
+protocol TunnelFlagNames {
+    /// `--hostname` and its aliases.
+    static var hostname: NameSpecification { get }
+    /// `--url` and its aliases.
+    static var url: NameSpecification { get }
+}
+
+/// cloudflared's names: `-T` is `--hostname`, `-L` is `--url`.
+enum CloudflaredFlagNames: TunnelFlagNames {
+    static var hostname: NameSpecification { [.customLong("hostname"), .customShort("T"), .customLong("tunnel-host")] }
+    static var url: NameSpecification { [.customLong("url"), .customLong("listener"), .customShort("L")] }
+}
+
+/// `shell`'s names: the long ones only.
+enum ShellFlagNames: TunnelFlagNames {
+    static var hostname: NameSpecification { [.customLong("hostname"), .customLong("tunnel-host")] }
+    static var url: NameSpecification { [.customLong("url"), .customLong("listener")] }
+}
+
 /// The flags of `cloudflared access tcp`, with its aliases, plus ours.
-struct TunnelFlags: ParsableArguments {
-    @Option(name: [.customLong("hostname"), .customShort("T"), .customLong("tunnel-host")],
+typealias TunnelFlags = TunnelFlagsNamed<CloudflaredFlagNames>
+
+/// The tunnel flags, with `Names` for the two that have short letters.
+struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
+    @Option(name: Names.hostname,
             help: "The Access-protected hostname, e.g. ssh.example.com (env TUNNEL_SERVICE_HOSTNAME).")
     var hostname: String?
 
-    @Option(name: [.customLong("url"), .customLong("listener"), .customShort("L")],
+    @Option(name: Names.url,
             help: "Listen on this local address, e.g. 127.0.0.1:2222 (0 = any free port); without it stdin/stdout is the connection (env TUNNEL_SERVICE_URL).")
     var url: String?
 

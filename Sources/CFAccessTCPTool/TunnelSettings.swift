@@ -14,7 +14,7 @@ struct TunnelSettings {
     /// The built-in login, when the method uses it.
     let provider: AccessTokenProvider?
 
-    init(flags: TunnelFlags, environment: [String: String], logger: Logger) throws(ConfigurationError) {
+    init<Names>(flags: TunnelFlagsNamed<Names>, environment: [String: String], logger: Logger) throws(ConfigurationError) {
         func pick(_ flag: String?, _ variable: String) -> String? {
             if let flag { return flag }
             if let value = environment[variable], !value.isEmpty { return value }
@@ -107,7 +107,7 @@ struct TunnelSettings {
 
     /// Flags that contradict each other, or numbers below zero, are refused before anything else
     /// (issue 12.12), each with one line that says what to do.
-    static func checkCombinations(_ flags: TunnelFlags, environment: [String: String]) throws(ConfigurationError) {
+    static func checkCombinations<Names>(_ flags: TunnelFlagsNamed<Names>, environment: [String: String]) throws(ConfigurationError) {
         let numbers: [(String, Int?)] = [("--connect-timeout", flags.connectTimeout), ("--keepalive", flags.keepalive),
                                          ("--retries", flags.retries), ("--max-connections", flags.maxConnections)]
         for case let (flag, value?) in numbers where value < 0 {

@@ -163,7 +163,10 @@ struct ShellModeTests {
             (["shell", "me@\(testHost)", "-i", "/nonexistent/key", "--", "true"], "-i /nonexistent/key: no such readable key file"),
             (["shell", "me@\(testHost)", "-p", "0", "--", "true"], "-p must be a port"),
             (["shell", "@\(testHost)", "--", "true"], "no user to log in as"),
-            (["shell", "me@\(testHost)"], "an interactive shell needs a terminal"),
+            (["shell", "-T", "-t", "me@\(testHost)"], "-T (no terminal) and -t (a terminal) contradict each other"),
+            (["shell", "me@\(testHost)", "-T", "--tmux", "main"], "--tmux needs a terminal"),
+            (["shell", "me@\(testHost)", "-o", "Port=none", "true"], "-o Port=none: Port none is not a port number"),
+            (["shell", "-F", "/nonexistent/ssh_config", "me@\(testHost)", "true"], "/nonexistent/ssh_config: no such file"),
         ]
         for (arguments, message) in cases {
             let result = try world.runTool(arguments)

@@ -254,6 +254,7 @@ final class SSHDFixture: @unchecked Sendable {
         X11Forwarding no
         LoginGraceTime 30
         MaxStartups 64:30:128
+        AcceptEnv LANG LC_* CFAT_*
 
         """
     }
