@@ -301,7 +301,7 @@ struct ShellCommand: AsyncParsableCommand {
                 return nil
             }
             writeStderr("cf-access-tcp: \(error.withFlags)")
-            throw ExitCode(ExitStatus(failure: error.category).rawValue)
+            throw ExitStatus(error).code
         }
     }
 
