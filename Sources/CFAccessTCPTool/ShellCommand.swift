@@ -33,13 +33,17 @@ struct ShellCommand: AsyncParsableCommand {
     @OptionGroup var flags: TunnelFlags
 
     @Option(name: .customShort("p"), help: "The SSH port the known_hosts entry and the saved password are keyed to (default 22).")
-    var port: Int = 22
+    var port: Int?
 
     @Option(name: .customShort("l"), help: "The user to log in as (default: user@ of the destination, else $USER).")
     var loginName: String?
 
     @Option(name: .customShort("i"), help: "A private key file to try first (repeatable).")
     var identity: [String] = []
+
+    @Flag(name: .customLong("identities-only"),
+          help: "Use only the -i keys (and the default key files), not the agent's other keys (OpenSSH's IdentitiesOnly).")
+    var identitiesOnly = false
 
     @Flag(name: .customShort("t"), help: "Run the command on a pseudo-terminal, like ssh -t (for full-screen programs); needs a terminal.")
     var forceTerminal = false
@@ -66,7 +70,7 @@ struct ShellCommand: AsyncParsableCommand {
     @Flag(name: .customLong("forget-password"), help: "Remove the saved password for user@host:port from the keyring, then exit.")
     var forgetPassword = false
 
-    @Argument(help: "[user@]host: the Access-protected hostname.")
+    @Argument(help: "[user@]host (or ssh://[user@]host[:port]): the Access-protected hostname.")
     var destination: String
 
     @Argument(parsing: .postTerminator, help: "The command to run (after --).")
@@ -124,7 +128,9 @@ struct ShellCommand: AsyncParsableCommand {
                                  agentSocketPath: SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment),
                                  identityFiles: identity,
                                  defaultIdentityFiles: SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: environment),
-                                 passwordStore: SecretServiceStore()),
+                                 identitiesOnly: identitiesOnly,
+                                 // The keyring's D-Bus calls wait at most as long as the server may.
+                                 passwordStore: SecretServiceStore(timeout: .seconds(timeout))),
             prompts: prompts, logger: logging.logger)
         let session = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout),
                                                keepalive: SSHKeepalive(interval: .seconds(serverAliveInterval)))
@@ -154,23 +160,55 @@ struct ShellCommand: AsyncParsableCommand {
     }
 }
 
-/// Who and where: `[user@]host` with `-l` and `-p`.
+/// Who and where: `[user@]host` or `ssh://[user@]host[:port]` (as OpenSSH reads them), with
+/// `-l` and `-p` (which win over the URL's).
+///
+/// A port after a bare host (`me@host:22`) is refused: OpenSSH would take `host:22` as a host
+/// name and fail to resolve it, and as an Access hostname it would name an edge port; either
+/// way the known_hosts entry and the saved password would be keyed to a name that is no host.
+/// The host must be a host name (letters, digits, `-`, `_`, `.`; IDN names become `xn--`).
 struct ShellTarget: Sendable {
     let user: String
     let host: String
     let port: Int
 
-    init(destination: String, login: String?, port: Int, environment: [String: String]) throws(ConfigurationError) {
-        var host = destination
+    init(destination: String, login: String?, port: Int?, environment: [String: String]) throws(ConfigurationError) {
+        var rest = destination
+        var urlPort: Int?
+        let isURL = rest.lowercased().hasPrefix("ssh://")
+        if isURL {
+            rest.removeFirst(6)
+            if rest.hasSuffix("/") { rest.removeLast() }
+        }
+        var host = rest
         var user: String?
-        if let at = destination.lastIndex(of: "@") {
-            user = String(destination[..<at])
-            host = String(destination[destination.index(after: at)...])
+        if let at = rest.lastIndex(of: "@") {
+            user = String(rest[..<at])
+            host = String(rest[rest.index(after: at)...])
+        }
+        if isURL, let colon = host.lastIndex(of: ":") {
+            guard let number = Int(host[host.index(after: colon)...]), (1...65535).contains(number) else {
+                throw ConfigurationError("the destination \(destination) has no valid port after ':' (1 to 65535)")
+            }
+            urlPort = number
+            host = String(host[..<colon])
         }
         if let login { user = login }
+        if !isURL, let colon = host.firstIndex(of: ":") {
+            let name = host[..<colon], given = host[host.index(after: colon)...]
+            let who = user.map { "\($0)@" } ?? ""
+            throw ConfigurationError("the destination \(host) is not a host name: give the port with -p \(given), "
+                                     + "or write ssh://\(who)\(name):\(given)")
+        }
         guard !host.isEmpty, !host.contains(where: { $0.isWhitespace || $0 == "/" }) else {
             throw ConfigurationError("the destination must be [user@]host, e.g. me@ssh.example.com")
         }
+        guard host.allSatisfy({ $0.isLetter || $0.isNumber || "-_.".contains($0) }),
+              let origin = try? OriginURL.parse(host), origin.port == nil, origin.path == "/" else {
+            throw ConfigurationError("the destination's host \(host) is not a host name: give [user@]host, e.g. me@ssh.example.com")
+        }
+        host = origin.host
+        let port = port ?? urlPort ?? 22
         guard (1...65535).contains(port) else {
             throw ConfigurationError("-p must be a port between 1 and 65535")
         }
