@@ -298,12 +298,6 @@ public final class SSHSession: @unchecked Sendable {
         return (0..<Int(count)).compactMap { list[$0].map { String(cString: $0) } }
     }
 
-    /// The server's SSH identification (`SSH-2.0-OpenSSH_9.2p1 Debian-2`, visible-safe), once
-    /// the handshake has read it.
-    package var serverIdentification: String? {
-        get async { (try? await onThread { session in session.box.scanner.identification }) ?? nil }
-    }
-
     /// Throws unless ``handshake()`` ran and its delegate accepted the key.
     private func requireAcceptedHostKey() throws(SSHFailure) {
         guard hostKey != nil else {

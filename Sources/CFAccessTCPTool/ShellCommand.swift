@@ -18,10 +18,11 @@ struct ShellCommand: AsyncParsableCommand {
         Without a command: an interactive shell on a pseudo-terminal. With `-- command args…`: runs \
         it, streams its stdout and stderr, forwards stdin, and exits with its exit status.
 
-        Authentication, in OpenSSH's order: ssh-agent (SSH_AUTH_SOCK), keys (-i, then \
-        ~/.ssh/id_ed25519, id_ecdsa, id_rsa), keyboard-interactive, password (asked on the terminal; \
-        after it succeeds, it can be saved in the system keyring through the Secret Service). Host \
-        keys are checked against ~/.ssh/known_hosts under the Access hostname.
+        Authentication, in OpenSSH's order with -i keys first: keys (-i, the ssh-agent's keys from \
+        SSH_AUTH_SOCK, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa), keyboard-interactive, password \
+        (asked on the terminal, or PAM's Password: prompt; after it succeeds, it can be saved in the \
+        system keyring through the Secret Service). Host keys are checked against ~/.ssh/known_hosts \
+        under the Access hostname, as OpenSSH checks them.
 
         Examples:
           cf-access-tcp shell me@ssh.example.com
