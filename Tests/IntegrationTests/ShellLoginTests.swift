@@ -18,18 +18,18 @@ struct ShellLoginTests {
         return (pam, world, edge)
     }
 
-    @Test("point 7: keyboard-interactive (PAM) answered after more than --timeout still logs in; so does a host-key question")
+    @Test("point 7: keyboard-interactive (PAM) answered after more than --timeout (5 s) still logs in; so does a host-key question")
     func promptsOutliveTheTimeout() throws {
         let (pam, world, edge) = try pamWorld()
         try FileManager.default.removeItem(at: world.knownHostsFile)
         let user = world.sshd.passwordUser
         let terminal = try TmuxTerminal(command: try world.toolCommandLine(
-            world.arguments(user: user, extra: ["--timeout", "2"], command: ["echo", "slow-person"])))
+            world.arguments(user: user, extra: ["--timeout", "5"], command: ["echo", "slow-person"])))
         try terminal.waitFor("Are you sure you want to continue connecting (yes/no/[fingerprint])?")
-        sleep(4)   // the person reads the fingerprint: twice the timeout
+        sleep(7)   // the person reads the fingerprint: longer than the timeout
         try terminal.type("yes")
         try terminal.waitFor("Password: ")
-        sleep(5)   // and looks the password up: more than twice the timeout
+        sleep(8)   // and looks the password up: longer than the timeout again
         try terminal.type(world.sshd.password)
         let status = try terminal.exitStatus()
         let screen = try terminal.screen()

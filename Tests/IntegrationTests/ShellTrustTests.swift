@@ -173,10 +173,10 @@ struct ShellTrustTests {
 
         let drip = try HostileSSHServer(mode: "prebanner-drip")
         let slow = try self.world(reaching: drip.address)
-        let dripped = try slow.runTool(slow.arguments(user: "me", extra: ["--timeout", "3"], command: ["true"]), timeout: 120)
+        let dripped = try slow.runTool(slow.arguments(user: "me", extra: ["--timeout", "5"], command: ["true"]), timeout: 120)
         #expect(dripped.status == 69, "\(dripped.stderr)")
         #expect(dripped.stderr.contains("Connection timed out: the server sent "), "\(dripped.stderr)")
-        #expect(dripped.stderr.contains("lines but no SSH identification within 3 s (it began \"still warming up, line 1\")"))
+        #expect(dripped.stderr.contains("lines but no SSH identification within 5 s (it began \"still warming up, line 1\")"))
     }
 
     @Test("a 1 MiB junk banner is 'not an SSH server', not 'did not answer'")
@@ -209,12 +209,12 @@ struct ShellTrustTests {
         try world.trustHostKey()
         let user = world.sshd.passwordUser
         let terminal = try TmuxTerminal(command: try world.toolCommandLine(
-            world.arguments(user: user, extra: ["--timeout", "3"], command: ["echo", "past-the-bus"]),
+            world.arguments(user: user, extra: ["--timeout", "5"], command: ["echo", "past-the-bus"]),
             environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address]))
         try terminal.waitFor("\(user)@\(testHost)'s password: ", timeout: 90)
         #expect(bus.accepted, "the store never reached the wedged bus")
         let screen = try terminal.screen()
-        #expect(screen.contains("cf-access-tcp: the saved password cannot be looked up: the Secret Service (D-Bus) did not answer within 3 s"),
+        #expect(screen.contains("cf-access-tcp: the saved password cannot be looked up: the Secret Service (D-Bus) did not answer within 5 s"),
                 "\(screen)")
         try terminal.type(world.sshd.password)
         #expect(try terminal.exitStatus() == 0)
