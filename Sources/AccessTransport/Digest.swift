@@ -19,6 +19,34 @@ package enum Digest {
         bytes.withUnsafeBytes { sha256Hex($0) }
     }
 
+    /// SHA-256 of `bytes` (32 bytes).
+    package static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
+        var size: UInt32 = 0
+        let ok = bytes.withUnsafeBytes { b in
+            out.withUnsafeMutableBufferPointer { o in EVP_Digest(b.baseAddress, b.count, o.baseAddress, &size, EVP_sha256(), nil) }
+        }
+        precondition(ok == 1 && size == 32, "EVP_Digest(SHA-256) failed")
+        return out
+    }
+
+    /// HMAC-SHA1 of `message` under `key` (20 bytes): what OpenSSH's hashed known_hosts names
+    /// are (`|1|salt|hash`).
+    package static func hmacSHA1(key: [UInt8], message: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 20)
+        var size: UInt32 = 0
+        let done = key.withUnsafeBytes { k in
+            message.withUnsafeBytes { m in
+                out.withUnsafeMutableBufferPointer { o in
+                    HMAC(EVP_sha1(), k.baseAddress, Int32(k.count), m.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                         m.count, o.baseAddress, &size)
+                }
+            }
+        }
+        precondition(done != nil && size == 20, "HMAC(SHA-1) failed")
+        return out
+    }
+
     /// Lower-case hex, two digits a byte.
     static func hex(_ bytes: [UInt8]) -> String {
         bytes.map { byte in

@@ -244,7 +244,8 @@ extension SSHSession {
         _ = libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
         if let signal {
             defer { free(signal) }
-            if signalLength > 0 { return .signalled(String(cString: signal)) }
+            // The signal's name is the server's text: visible-safe before it is a value.
+            if signalLength > 0 { return .signalled(ServerText.visible(UnsafeRawBufferPointer(start: signal, count: signalLength), limit: 64)) }
         }
         return .exited(libssh2_channel_get_exit_status(channel))
     }

@@ -80,8 +80,13 @@ public final class SSHSession: @unchecked Sendable {
         self.stream = stream
         self.thread = SessionThread(name: "ssh session \(fileDescriptor)")
         libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(box).toOpaque()
-        // Our own recv, to know when the server last sent anything (keepalive answers included).
+        // Our own recv: it reads the server's identification as OpenSSH does (bounded lines
+        // before it), keeps the server's first packet (its KEXINIT, to explain a failed key
+        // exchange), and notes when the server last sent anything (keepalive answers included).
         _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_RECV, unsafeBitCast(receiveCallback, to: UnsafeMutableRawPointer.self))
+        // The server's SSH_MSG_DISCONNECT reason, for the failure that follows.
+        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_DISCONNECT,
+                                         unsafeBitCast(disconnectCallback, to: UnsafeMutableRawPointer.self))
     }
 
     deinit {
@@ -119,12 +124,17 @@ public final class SSHSession: @unchecked Sendable {
         return try result.get()
     }
 
-    /// A deadline `configuration.timeout` from now.
-    func deadline() -> Date { Date(timeIntervalSinceNow: configuration.timeout.seconds) }
+    /// A deadline `configuration.timeout` from now, for one request. The time a person then
+    /// spends answering a keyboard-interactive round inside the request is added to it: the
+    /// timeout is for the server, never for the person (issue 16 point 7).
+    func deadline() -> Date {
+        box.promptPause = 0
+        return Date(timeIntervalSinceNow: configuration.timeout.seconds)
+    }
 
     /// Waits (poll) until the socket is ready in the directions libssh2 is blocked on, or the
-    /// deadline passes (throws `.timedOut`).
-    func waitSocket(until deadline: Date?, what: String) throws(SSHFailure) {
+    /// deadline (moved on by the time spent in prompts) passes (throws `.timedOut`).
+    func waitSocket(until requestDeadline: Date?, what: String) throws(SSHFailure) {
         let directions = libssh2_session_block_directions(raw)
         var events: Int16 = 0
         if directions & LIBSSH2_SESSION_BLOCK_INBOUND != 0 { events |= Int16(POLLIN) }
@@ -132,6 +142,7 @@ public final class SSHSession: @unchecked Sendable {
         if events == 0 { events = Int16(POLLIN) }
         while true {
             var milliseconds: Int32 = -1
+            let deadline = requestDeadline?.addingTimeInterval(box.promptPause)
             if let deadline {
                 let left = deadline.timeIntervalSinceNow
                 if left <= 0 { throw timedOut(what) }
@@ -171,18 +182,27 @@ public final class SSHSession: @unchecked Sendable {
         }
     }
 
-    /// libssh2's last error message.
+    /// libssh2's last error message (visible-safe).
     func lastErrorText() -> String {
         var message: UnsafeMutablePointer<CChar>?
         var length: Int32 = 0
         _ = libssh2_session_last_error(raw, &message, &length, 0)
         guard let message else { return "unknown error" }
-        return String(cString: message)
+        return ServerText.visible(String(cString: message))
     }
 
     /// Turns libssh2's error `code` from doing `what` into a failure.
     func failure(_ code: Int32, _ what: String) -> SSHFailure {
         let detail = lastErrorText()
+        // libssh2 reports some requests cut short by the server's disconnect (or its end of the
+        // stream) as their own refusal ("Waiting for USERAUTH response"): nothing more can
+        // work, so that is a lost connection, with the server's reason when it gave one.
+        if let reason = box.serverDisconnect {
+            return SSHFailure(.connectionLost, "Connection closed by the SSH server while \(what): \(reason)", code: code)
+        }
+        if box.peerClosed {
+            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)", code: code)
+        }
         switch code {
         case LIBSSH2_ERROR_SOCKET_NONE, LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_SOCKET_RECV,
              LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_BANNER_RECV, LIBSSH2_ERROR_BANNER_SEND,
@@ -205,18 +225,54 @@ public final class SSHSession: @unchecked Sendable {
     /// server's host key; returns the key once the delegate accepted it. Throws the delegate's
     /// failure (``SSHFailure/Kind/hostKeyRejected``) otherwise: no credential is ever sent to a
     /// server whose key was not accepted.
+    ///
+    /// Before the key exchange the delegate's ``SSHHostKeyDelegate/preferredHostKeyAlgorithms()``
+    /// (the types known for the host) are asked for first; host certificates and DSA keys are
+    /// never asked for. What the server sends before its SSH identification is bounded as in
+    /// OpenSSH (lines of at most 8192 bytes, at most 1024 of them, all within the timeout): a
+    /// peer that is not an SSH server is said to be one.
     @discardableResult
     public func handshake() async throws(SSHFailure) -> SSHHostKey {
-        let key = try await onThread { session throws(SSHFailure) in try session.handshakeOnThread() }
+        let preferred = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms()
+        let key = try await onThread { session throws(SSHFailure) in try session.handshakeOnThread(preferring: preferred) }
         try await configuration.hostKeyDelegate.validateHostKey(key)
         validatedKey.withLock { $0 = key }
         return key
     }
 
-    private func handshakeOnThread() throws(SSHFailure) -> SSHHostKey {
+    private func handshakeOnThread(preferring preferred: [String]?) throws(SSHFailure) -> SSHHostKey {
+        let hostKeysOffered = HostKeyAlgorithms.preference(preferred: preferred, supported: supportedAlgorithms(LIBSSH2_METHOD_HOSTKEY))
+        if !hostKeysOffered.isEmpty {
+            _ = libssh2_session_method_pref(raw, LIBSSH2_METHOD_HOSTKEY, hostKeysOffered.joined(separator: ","))
+        }
         let deadline = self.deadline()
-        let rc = try retry("handshake", until: deadline) { libssh2_session_handshake(raw, fd) }
-        guard rc == 0 else { throw failure(rc, "handshaking") }
+        box.scanning = true
+        let rc: Int32
+        do throws(SSHFailure) {
+            rc = try retry("handshake", until: deadline) { libssh2_session_handshake(raw, fd) }
+        } catch {
+            if let refusal = box.identificationRefusal { throw SSHFailure(.protocolError, "The peer is \(refusal)") }
+            if error.kind == .timedOut, box.scanner.outcome == .needMore, box.scanner.ignoredLines > 0 {
+                let seconds = Int(configuration.timeout.seconds.rounded(.up))
+                throw SSHFailure(.timedOut, "Connection timed out: the server sent \(box.scanner.ignoredLines) lines but no SSH "
+                                 + "identification within \(seconds) s (it began \"\(box.scanner.sample)\")")
+            }
+            throw error
+        }
+        guard rc == 0 else {
+            if let refusal = box.identificationRefusal {
+                throw SSHFailure(.protocolError, "The peer is \(refusal)", code: rc)
+            }
+            if rc == LIBSSH2_ERROR_KEX_FAILURE, let server = KexInit.parse(packet: box.firstPacket),
+               let why = NegotiationDiagnosis.explain(server: server, hostKeysOffered: hostKeysOffered,
+                                                     kexOffered: supportedAlgorithms(LIBSSH2_METHOD_KEX),
+                                                     ciphersOffered: supportedAlgorithms(LIBSSH2_METHOD_CRYPT_CS),
+                                                     macsOffered: supportedAlgorithms(LIBSSH2_METHOD_MAC_CS),
+                                                     features: .linked) {
+                throw SSHFailure(.protocolError, why, code: rc)
+            }
+            throw failure(rc, "handshaking")
+        }
         handshakeDone = true
         var length = 0
         var type: Int32 = 0
@@ -231,6 +287,15 @@ public final class SSHSession: @unchecked Sendable {
             libssh2_keepalive_config(raw, 1, configuration.keepalive.librarySeconds)
         }
         return key
+    }
+
+    /// libssh2's own algorithms of `method` (a `LIBSSH2_METHOD_*`), in its order.
+    private func supportedAlgorithms(_ method: Int32) -> [String] {
+        var list: UnsafeMutablePointer<UnsafePointer<CChar>?>?
+        let count = libssh2_session_supported_algs(raw, method, &list)
+        guard count > 0, let list else { return [] }
+        defer { libssh2_free(raw, list) }
+        return (0..<Int(count)).compactMap { list[$0].map { String(cString: $0) } }
     }
 
     /// Throws unless ``handshake()`` ran and its delegate accepted the key.
@@ -270,12 +335,24 @@ public final class SSHSession: @unchecked Sendable {
     /// one is accepted (see ``SSHUserAuthenticationDelegate``). Returns the offer that worked, or
     /// nil if the server needed none. Throws the delegate's failure, ``SSHFailure/Kind/authenticationFailed``
     /// when it gives up, or a transport failure.
+    ///
+    /// A server that ends the connection with a disconnect message while the user is not yet
+    /// in (OpenSSH's `Too many authentication failures`) refused the login: that is an
+    /// ``SSHFailure/Kind/authenticationFailed`` with the server's reason.
     @discardableResult
     public func authenticate(user: String, delegate: any SSHUserAuthenticationDelegate) async throws(SSHFailure) -> SSHAuthenticationOffer? {
-        let methods = try await authenticationMethods(user: user)
-        if methods.isEmpty, await isAuthenticated { return nil }
-        return try await AuthenticationLoop.run(availableMethods: methods, delegate: delegate) { offer throws(SSHFailure) in
-            try await authenticate(user: user, offer: offer, answering: { round in await delegate.respond(to: round) })
+        do {
+            let methods = try await authenticationMethods(user: user)
+            if methods.isEmpty, await isAuthenticated { return nil }
+            return try await AuthenticationLoop.run(availableMethods: methods, delegate: delegate) { offer throws(SSHFailure) in
+                try await authenticate(user: user, offer: offer, answering: { round in await delegate.respond(to: round) })
+            }
+        } catch {
+            if error.kind == .connectionLost,
+               let reason = try? await onThread({ session in session.box.serverDisconnect }) {
+                throw SSHFailure(.authenticationFailed, "Authentication failed: the SSH server disconnected: \(reason)", code: error.code)
+            }
+            throw error
         }
     }
 
@@ -315,10 +392,20 @@ public final class SSHSession: @unchecked Sendable {
                 guard rc == 0 else { throw session.failure(rc, "using the key \(path)") }
             }
         case .agent(let socketPath):
-            try await onThread { session throws(SSHFailure) in try session.agentOnThread(user: user, socketPath: socketPath) }
+            try await onThread { session throws(SSHFailure) in
+                try session.agentOnThread(user: user, socketPath: socketPath, only: nil)
+            }
+        case .agentKey(let socketPath, let publicKey):
+            try await onThread { session throws(SSHFailure) in
+                try session.agentOnThread(user: user, socketPath: socketPath, only: publicKey)
+            }
         case .keyboardInteractive:
+            let box = self.box
             let respond: @Sendable (SSHKeyboardPrompt) -> [String] = { round in
                 guard let answering else { return [] }
+                // The person's time does not count against the request's timeout.
+                let asked = Date()
+                defer { box.promptPause += Date().timeIntervalSince(asked) }
                 return waitOffPool { await answering(round) } ?? []
             }
             try await onThread { session throws(SSHFailure) in
@@ -332,7 +419,8 @@ public final class SSHSession: @unchecked Sendable {
         }
     }
 
-    private func agentOnThread(user: String, socketPath: String?) throws(SSHFailure) {
+    /// Tries the agent's identities (only the one whose public key blob is `only`, if given).
+    private func agentOnThread(user: String, socketPath: String?, only: [UInt8]?) throws(SSHFailure) {
         guard let agent = libssh2_agent_init(raw) else {
             throw SSHFailure(.localIO, "cannot use the ssh-agent: \(lastErrorText())")
         }
@@ -353,14 +441,19 @@ public final class SSHSession: @unchecked Sendable {
             guard rc == 0, let identity else {
                 throw SSHFailure(.localIO, "the ssh-agent failed: \(lastErrorText())")
             }
+            if let only, [UInt8](UnsafeBufferPointer(start: identity.pointee.blob, count: Int(identity.pointee.blob_len))) != only {
+                previous = identity
+                continue
+            }
             let auth = try retry("authenticating", until: deadline()) {
                 libssh2_agent_userauth(agent, user, identity)
             }
             if auth == 0 { return }
             let failure = failure(auth, "authenticating with the ssh-agent")
-            if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+            if failure.kind == .connectionLost || failure.kind == .timedOut || only != nil { throw failure }
             previous = identity
         }
+        if only != nil { throw SSHFailure(.configuration, "the ssh-agent no longer holds the key") }
         throw SSHFailure(.authenticationFailed, "Authentication failed")
     }
 
@@ -518,24 +611,107 @@ struct ChannelHandle: @unchecked Sendable {
 }
 
 /// What libssh2's callbacks need, found through the session's abstract pointer: the
-/// keyboard-interactive responder while such an authentication runs, and when the server last
-/// sent a byte. Used on the session's thread only.
+/// keyboard-interactive responder while such an authentication runs, the time spent in its
+/// prompts, the server's identification and first packet while handshaking, its disconnect
+/// reason, and when it last sent a byte. Used on the session's thread only.
 final class SessionBox: @unchecked Sendable {
     var respond: (@Sendable (SSHKeyboardPrompt) -> [String])?
+    /// Seconds spent waiting for a person inside the current request.
+    var promptPause: TimeInterval = 0
     var lastInbound = Date()
+    /// While the handshake reads what comes before the server's identification.
+    var scanning = false
+    var scanner = IdentificationScanner()
+    /// Why the peer is not an SSH server, once the scanner refused it.
+    var identificationRefusal: String?
+    /// Bytes read past the identification that libssh2 has not taken yet.
+    var pending: [UInt8] = []
+    /// The server's first binary packet (its KEXINIT), as far as it arrived (at most 64 KiB).
+    var firstPacket: [UInt8] = []
+    /// The server's SSH_MSG_DISCONNECT description (visible-safe), if it sent one.
+    var serverDisconnect: String?
+    /// The stream ended (recv returned 0).
+    var peerClosed = false
+
+    /// Keeps the start of the server's first binary packet.
+    func noteFirstPacket(_ bytes: UnsafeRawBufferPointer) {
+        let wanted: Int
+        if firstPacket.count >= 4 {
+            let length = Int(firstPacket[0]) << 24 | Int(firstPacket[1]) << 16 | Int(firstPacket[2]) << 8 | Int(firstPacket[3])
+            wanted = min(4 + length, 65_536)
+        } else {
+            wanted = 65_536
+        }
+        guard firstPacket.count < wanted else { return }
+        firstPacket.append(contentsOf: bytes.prefix(wanted - firstPacket.count))
+    }
 }
 
-/// libssh2's socket read: `recv`, noting the time of every byte that arrives. Errors go back as
-/// `-errno`, as libssh2's own function returns them.
+/// libssh2's socket read: `recv`, noting the time of every byte that arrives. While the
+/// handshake waits for the server's identification, lines before it are read and dropped here
+/// (bounded, as OpenSSH bounds them), and the identification line is handed on as if it were
+/// the first byte; the server's first packet is kept. Errors go back as `-errno`, as libssh2's
+/// own function returns them.
 private let receiveCallback: @convention(c) (
     Int32, UnsafeMutableRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> Int = { socket, buffer, length, flags, abstract in
+    guard let pointer = abstract?.pointee else {
+        let n = recv(socket, buffer, length, flags)
+        return n < 0 ? -Int(errno) : n
+    }
+    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
+    if box.scanning {
+        if box.identificationRefusal != nil { return -Int(EPROTO) }
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while box.scanner.outcome == .needMore {
+            let n = chunk.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, flags) }
+            if n < 0 { return -Int(errno) }
+            if n == 0 {
+                box.peerClosed = true
+                return 0
+            }
+            box.lastInbound = Date()
+            switch box.scanner.feed(chunk[0..<n]) {
+            case .needMore: continue
+            case .identified:
+                box.pending = box.scanner.passOn
+                let rest = box.pending[box.scanner.identificationLineLength...]
+                if !rest.isEmpty { Array(rest).withUnsafeBytes { box.noteFirstPacket($0) } }
+            case .refused(let why):
+                box.identificationRefusal = why
+                return -Int(EPROTO)
+            }
+        }
+        box.scanning = false
+    }
+    if !box.pending.isEmpty, let buffer {
+        let count = min(length, box.pending.count)
+        box.pending.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: count) }
+        box.pending.removeFirst(count)
+        return count
+    }
     let n = recv(socket, buffer, length, flags)
     if n < 0 { return -Int(errno) }
-    if n > 0, let pointer = abstract?.pointee {
-        Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue().lastInbound = Date()
+    if n == 0 { box.peerClosed = true }
+    if n > 0 {
+        box.lastInbound = Date()
+        if box.firstPacket.count < 65_536, let buffer { box.noteFirstPacket(UnsafeRawBufferPointer(start: buffer, count: n)) }
     }
     return n
+}
+
+/// libssh2's disconnect callback: keeps the server's reason, visible-safe, for the failure.
+private let disconnectCallback: @convention(c) (
+    OpaquePointer?, Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, Int32,
+    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> Void = { _, reason, message, length, _, _, abstract in
+    guard let pointer = abstract?.pointee else { return }
+    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
+    var text = ""
+    if let message, length > 0 {
+        text = ServerText.visible(UnsafeRawBufferPointer(start: message, count: Int(length)), limit: 512)
+    }
+    box.serverDisconnect = text.isEmpty ? "reason \(reason)" : text
 }
 
 /// libssh2's keyboard-interactive callback: asks the session's responder and hands libssh2
@@ -547,9 +723,10 @@ private let keyboardCallback: @convention(c) (
 ) -> Void = { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
     guard let abstract, let pointer = abstract.pointee, let responses else { return }
     let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
+    // Server text: made visible-safe here, before it becomes a value anyone can print.
     func text(_ p: UnsafePointer<CChar>?, _ n: Int) -> String {
         guard let p, n > 0 else { return "" }
-        return String(decoding: UnsafeRawBufferPointer(start: p, count: n), as: UTF8.self)
+        return ServerText.visible(UnsafeRawBufferPointer(start: p, count: n), newlines: true)
     }
     var list: [SSHKeyboardPrompt.Question] = []
     for index in 0..<Int(max(0, count)) {

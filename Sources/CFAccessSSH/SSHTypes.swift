@@ -1,4 +1,5 @@
 import AccessCore
+import AccessTransport
 import Foundation
 
 /// A server's public host key as sent in the handshake.
@@ -16,12 +17,7 @@ public struct SSHHostKey: Sendable, Equatable {
 
     /// The key's algorithm name, the blob's first field (`ssh-ed25519`, `ssh-rsa`,
     /// `ecdsa-sha2-nistp256`, …); empty if the blob is malformed.
-    public var algorithm: String {
-        guard blob.count >= 4 else { return "" }
-        let length = Int(blob[0]) << 24 | Int(blob[1]) << 16 | Int(blob[2]) << 8 | Int(blob[3])
-        guard length > 0, blob.count >= 4 + length else { return "" }
-        return String(decoding: blob[4..<(4 + length)], as: UTF8.self)
-    }
+    public var algorithm: String { SSHPublicKeyBlob.algorithm(blob) }
 
     /// The name OpenSSH shows for the key type: `ED25519`, `RSA`, `ECDSA`, `DSA`.
     public var displayType: String {
@@ -42,6 +38,22 @@ public struct SSHHostKey: Sendable, Equatable {
     /// The key as a known_hosts line's key part: `algorithm base64`.
     public var knownHostsText: String {
         "\(algorithm) \(Base64.encode(blob, alphabet: .standard, padded: true))"
+    }
+}
+
+/// What can be read from an SSH public key blob (wire format) without parsing the key.
+package enum SSHPublicKeyBlob {
+    /// The blob's first field, the key type (`ssh-ed25519`, `ssh-rsa`, …); empty if malformed.
+    package static func algorithm(_ blob: [UInt8]) -> String {
+        guard blob.count >= 4 else { return "" }
+        let length = Int(blob[0]) << 24 | Int(blob[1]) << 16 | Int(blob[2]) << 8 | Int(blob[3])
+        guard length > 0, blob.count >= 4 + length else { return "" }
+        return String(decoding: blob[4..<(4 + length)], as: UTF8.self)
+    }
+
+    /// `SHA256:` and the unpadded base64 of the blob's digest, as `ssh-keygen -l` prints it.
+    package static func fingerprint(_ blob: [UInt8]) -> String {
+        "SHA256:" + Base64.encode(Digest.sha256(blob), alphabet: .standard, padded: false)
     }
 }
 

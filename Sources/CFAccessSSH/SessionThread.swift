@@ -62,3 +62,30 @@ func waitOffPool<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
     done.wait()
     return result.withLock { $0 }!
 }
+
+/// Runs the blocking `body` on `queue` and waits for it at most `timeout`: its result, or nil
+/// when it did not finish in time (it goes on running on `queue`, which stays busy). For C
+/// calls that can hang with no timeout of their own (D-Bus, an ssh-agent), so no caller waits
+/// longer than it was told to; never blocks Swift's pool.
+func bounded<T: Sendable>(on queue: DispatchQueue, timeout: Duration,
+                          _ body: @escaping @Sendable () -> T) async -> T? {
+    let timer = LockedBox<Task<Void, Never>?>(nil)
+    let value: T? = await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+        let pending = LockedBox<CheckedContinuation<T?, Never>?>(continuation)
+        let finish: @Sendable (T?) -> Void = { value in
+            pending.withLock { waiting in
+                waiting?.resume(returning: value)
+                waiting = nil
+            }
+        }
+        timer.withLock {
+            $0 = Task {
+                try? await Task.sleep(for: timeout)
+                finish(nil)
+            }
+        }
+        queue.async { finish(body()) }
+    }
+    timer.withLock { $0?.cancel() }
+    return value
+}

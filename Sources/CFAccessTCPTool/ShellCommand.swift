@@ -26,12 +26,14 @@ struct ShellCommand: AsyncParsableCommand {
         UserKnownHostsFile, SendEnv, SetEnv, RequestTTY, LogLevel; -o Keyword=value wins over the files. \
         Match blocks are skipped. LANG and LC_* are sent (SendEnv, as in Debian's ssh_config).
 
-        Authentication, in OpenSSH's order: ssh-agent (SSH_AUTH_SOCK), keys (-i and IdentityFile, \
-        else ~/.ssh/id_ed25519, id_ecdsa, id_rsa; a key's -cert.pub certificate is offered first), \
-        keyboard-interactive, password (asked on the terminal; after it succeeds, it can be saved in \
-        the system keyring through the Secret Service). With --short-lived-cert, or when the token \
-        directory holds <host>-cf_key, the Access short-lived certificate (ssh-gen) is used first. Host \
-        keys are checked against ~/.ssh/known_hosts under the Access hostname.
+        Authentication, in OpenSSH's order with -i keys first: keys (-i and IdentityFile, a key's \
+        -cert.pub certificate offered before it; the ssh-agent's keys from SSH_AUTH_SOCK; then \
+        ~/.ssh/id_ed25519, id_ecdsa, id_rsa when no key is named), keyboard-interactive, password \
+        (asked on the terminal, or PAM's Password: prompt; after it succeeds, it can be saved in the \
+        system keyring through the Secret Service). With --short-lived-cert, or when the token \
+        directory holds <host>-cf_key, the Access short-lived certificate (ssh-gen) is used first. \
+        Host keys are checked against ~/.ssh/known_hosts under the Access hostname, as OpenSSH \
+        checks them.
 
         Examples:
           cf-access-tcp shell me@ssh.example.com
@@ -52,6 +54,10 @@ struct ShellCommand: AsyncParsableCommand {
 
     @Option(name: .customShort("i", allowingJoined: true), help: "A private key file to try first (repeatable); its -cert.pub certificate is offered too.")
     var identity: [String] = []
+
+    @Flag(name: .customLong("identities-only"),
+          help: "Use only the -i keys (and the default key files), not the agent's other keys (OpenSSH's IdentitiesOnly).")
+    var identitiesOnly = false
 
     @Option(name: .customShort("F", allowingJoined: true),
             help: "The ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config (none: no file).")
@@ -98,7 +104,7 @@ struct ShellCommand: AsyncParsableCommand {
     @Flag(name: .customLong("forget-password"), help: "Remove the saved password for user@host:port from the keyring, then exit.")
     var forgetPassword = false
 
-    @Argument(help: "[user@]host: the Access-protected hostname, or a Host of ~/.ssh/config whose HostName is.")
+    @Argument(help: "[user@]host (or ssh://[user@]host[:port]): the Access-protected hostname, or a Host of ~/.ssh/config whose HostName is.")
     var destination: String
 
     @Argument(parsing: .postTerminator, help: "The command to run (after the destination, or after --).")
@@ -208,16 +214,14 @@ struct ShellCommand: AsyncParsableCommand {
             configuration: .init(knownHosts: KnownHosts(path: knownHostsPath), host: target.host, port: target.port,
                                  checking: checking),
             prompt: prompts)
-        // IdentitiesOnly: no agent keys (the agent's copies of the named keys are the trust
-        // branch's refinement, SSHOrderedAuthentication.Configuration.identitiesOnly).
-        let agent = host.identitiesOnly == true ? nil
-            : SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment)
         let authentication = SSHOrderedAuthentication(
             configuration: .init(account: target.account,
-                                 agentSocketPath: agent,
+                                 agentSocketPath: SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment),
                                  identityFiles: keys,
                                  defaultIdentityFiles: named ? [] : SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: environment),
-                                 passwordStore: SecretServiceStore()),
+                                 identitiesOnly: identitiesOnly || host.identitiesOnly == true,
+                                 // The keyring's D-Bus calls wait at most as long as the server may.
+                                 passwordStore: SecretServiceStore(timeout: .seconds(timeout))),
             prompts: prompts, logger: logging.logger)
         let keepalive = SSHKeepalive(interval: .seconds(serverAliveInterval), unansweredLimit: host.serverAliveCountMax ?? 3)
         let session = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
@@ -320,23 +324,55 @@ struct ShellCommand: AsyncParsableCommand {
     }
 }
 
-/// Who and where: `[user@]host` with `-l` and `-p`.
+/// Who and where: `[user@]host` or `ssh://[user@]host[:port]` (as OpenSSH reads them), with
+/// `-l` and `-p` (which win over the URL's).
+///
+/// A port after a bare host (`me@host:22`) is refused: OpenSSH would take `host:22` as a host
+/// name and fail to resolve it, and as an Access hostname it would name an edge port; either
+/// way the known_hosts entry and the saved password would be keyed to a name that is no host.
+/// The host must be a host name (letters, digits, `-`, `_`, `.`; IDN names become `xn--`).
 struct ShellTarget: Sendable {
     let user: String
     let host: String
     let port: Int
 
-    init(destination: String, login: String?, port: Int, environment: [String: String]) throws(ConfigurationError) {
-        var host = destination
+    init(destination: String, login: String?, port: Int?, environment: [String: String]) throws(ConfigurationError) {
+        var rest = destination
+        var urlPort: Int?
+        let isURL = rest.lowercased().hasPrefix("ssh://")
+        if isURL {
+            rest.removeFirst(6)
+            if rest.hasSuffix("/") { rest.removeLast() }
+        }
+        var host = rest
         var user: String?
-        if let at = destination.lastIndex(of: "@") {
-            user = String(destination[..<at])
-            host = String(destination[destination.index(after: at)...])
+        if let at = rest.lastIndex(of: "@") {
+            user = String(rest[..<at])
+            host = String(rest[rest.index(after: at)...])
+        }
+        if isURL, let colon = host.lastIndex(of: ":") {
+            guard let number = Int(host[host.index(after: colon)...]), (1...65535).contains(number) else {
+                throw ConfigurationError("the destination \(destination) has no valid port after ':' (1 to 65535)")
+            }
+            urlPort = number
+            host = String(host[..<colon])
         }
         if let login { user = login }
+        if !isURL, let colon = host.firstIndex(of: ":") {
+            let name = host[..<colon], given = host[host.index(after: colon)...]
+            let who = user.map { "\($0)@" } ?? ""
+            throw ConfigurationError("the destination \(host) is not a host name: give the port with -p \(given), "
+                                     + "or write ssh://\(who)\(name):\(given)")
+        }
         guard !host.isEmpty, !host.contains(where: { $0.isWhitespace || $0 == "/" }) else {
             throw ConfigurationError("the destination must be [user@]host, e.g. me@ssh.example.com")
         }
+        guard host.allSatisfy({ $0.isLetter || $0.isNumber || "-_.".contains($0) }),
+              let origin = try? OriginURL.parse(host), origin.port == nil, origin.path == "/" else {
+            throw ConfigurationError("the destination's host \(host) is not a host name: give [user@]host, e.g. me@ssh.example.com")
+        }
+        host = origin.host
+        let port = port ?? urlPort ?? 22
         guard (1...65535).contains(port) else {
             throw ConfigurationError("-p must be a port between 1 and 65535")
         }

@@ -67,6 +67,8 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
 
     func respond(to round: SSHKeyboardPrompt) async -> [String]? {
         guard prompter.isAvailable else { return nil }
+        // The library made the server's texts visible-safe; shown as OpenSSH shows them.
+        if !round.name.isEmpty { prompter.say(round.name + "\n") }
         if !round.instruction.isEmpty { prompter.say(round.instruction + "\n") }
         var answers: [String] = []
         for question in round.questions {
@@ -91,6 +93,8 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
             writeStderr("cf-access-tcp: the password was not saved: \(reason)")
         case .passwordSaved(let account):
             writeStderr("Password saved in the keyring for \(account).")
+        case .passwordStoreUnavailable(let reason):
+            writeStderr("cf-access-tcp: the saved password cannot be looked up: \(reason)")
         default:
             writeStderr(notice.message)
         }

@@ -9,24 +9,41 @@ struct AuthenticationOrderTests {
     private let refused = SSHFailure(.authenticationFailed, "Authentication failed")
     private let all: SSHAuthenticationMethods = [.publicKey, .keyboardInteractive, .password]
 
+    private let old = LibSSH2Features(version: "1.10.0", rsaSHA2: false)
+
     private func order(agent: String? = "/run/agent.sock", keys: [AuthenticationOrder.KeyFile] = [],
-                       canAsk: Bool = true, store: Bool = true) -> AuthenticationOrder {
-        AuthenticationOrder(setup: .init(account: account, agentSocketPath: agent, keys: keys, canAsk: canAsk,
-                                         hasPasswordStore: store))
+                       identitiesOnly: Bool = false, canAsk: Bool = true, store: Bool = true,
+                       features: LibSSH2Features = LibSSH2Features(version: "1.11.0", rsaSHA2: true)) -> AuthenticationOrder {
+        AuthenticationOrder(setup: .init(account: account, agentSocketPath: agent, keys: keys, identitiesOnly: identitiesOnly,
+                                         canAsk: canAsk, hasPasswordStore: store, features: features))
     }
 
-    @Test("every method in OpenSSH's order: agent, each key (an encrypted one after its passphrase), keyboard-interactive ×3, saved password, typed passwords ×3, then the failure")
+    /// A public key blob of `type` with `fill` as its key bytes.
+    static func blob(_ fill: UInt8, type: String = "ssh-ed25519") -> [UInt8] {
+        func sshString(_ bytes: [UInt8]) -> [UInt8] {
+            let n = UInt32(bytes.count)
+            return [UInt8(n >> 24), UInt8((n >> 16) & 0xff), UInt8((n >> 8) & 0xff), UInt8(n & 0xff)] + bytes
+        }
+        return sshString(Array(type.utf8)) + sshString([UInt8](repeating: fill, count: 32))
+    }
+
+    private let passwordRound = SSHKeyboardPrompt(name: "", instruction: "", questions: [.init(text: "Password: ", echo: false)])
+
+    @Test("every method in OpenSSH's order: agent, each key (an encrypted one after its passphrase), the saved password looked up, keyboard-interactive ×3, saved password, typed passwords ×3, then the failure")
     func fullOrder() {
-        var machine = order(keys: [.init(path: "/k/plain", encrypted: false), .init(path: "/k/locked", encrypted: true)])
-        #expect(machine.next(.start(all)) == .init(notices: [], action: .offer(.agent(socketPath: "/run/agent.sock"))))
+        let agentKey = Self.blob(1)
+        var machine = order(keys: [.init(path: "/k/plain", encrypted: false, explicit: false),
+                                   .init(path: "/k/locked", encrypted: true, explicit: false)])
+        #expect(machine.next(.start(all, agentKeys: [agentKey]))
+                == .init(notices: [], action: .offer(.agentKey(socketPath: "/run/agent.sock", publicKey: agentKey))))
         #expect(machine.next(.refused(refused)).action == .offer(.privateKey(path: "/k/plain", passphrase: nil)))
         #expect(machine.next(.refused(refused)).action == .askPassphrase(keyPath: "/k/locked"))
         #expect(machine.next(.passphrase("phrase")).action == .offer(.privateKey(path: "/k/locked", passphrase: "phrase")))
-        #expect(machine.next(.refused(refused)) == .init(notices: [], action: .offer(.keyboardInteractive)))
+        #expect(machine.next(.refused(refused)) == .init(notices: [], action: .lookUpSavedPassword))
+        #expect(machine.next(.savedPassword("saved")) == .init(notices: [], action: .offer(.keyboardInteractive)))
         #expect(machine.next(.refused(refused)) == .init(notices: [.keyboardInteractiveRefused], action: .offer(.keyboardInteractive)))
         #expect(machine.next(.refused(refused)) == .init(notices: [.keyboardInteractiveRefused], action: .offer(.keyboardInteractive)))
-        #expect(machine.next(.refused(refused)) == .init(notices: [.keyboardInteractiveRefused], action: .lookUpSavedPassword))
-        #expect(machine.next(.savedPassword("saved")).action == .offer(.password("saved")))
+        #expect(machine.next(.refused(refused)) == .init(notices: [.keyboardInteractiveRefused], action: .offer(.password("saved"))))
         #expect(machine.next(.refused(refused)) == .init(notices: [.savedPasswordRefused(account)], action: .askPassword))
         #expect(machine.next(.typedPassword("one")).action == .offer(.password("one")))
         #expect(machine.next(.refused(refused)) == .init(notices: [.passwordRefused(retrying: true)], action: .askPassword))
@@ -51,7 +68,7 @@ struct AuthenticationOrderTests {
 
         var none = order()
         #expect(none.next(.start([])).action
-                == .fail(SSHFailure(.authenticationFailed, "Authentication failed: me@ssh.example.com (the server offers: )")))
+                == .fail(SSHFailure(.authenticationFailed, "Authentication failed: no authentication method offered by the server for me@ssh.example.com")))
     }
 
     @Test("without an agent the keys come first; without a store the password is asked at once")
@@ -103,14 +120,14 @@ struct AuthenticationOrderTests {
     @Test("an agent that is missing or failed moves on; a broken connection or protocol error ends at once")
     func agentFailures() {
         for kind in [SSHFailure.Kind.configuration, .localIO, .authenticationFailed] {
-            var agentStage = order(keys: [.init(path: "/k/a", encrypted: false)])
-            _ = agentStage.next(.start(all))
+            var agentStage = order(keys: [.init(path: "/k/a", encrypted: false, explicit: false)])
+            _ = agentStage.next(.start(all, agentKeys: [Self.blob(1)]))
             #expect(agentStage.next(.refused(SSHFailure(kind, "agent"))).action == .offer(.privateKey(path: "/k/a", passphrase: nil)), "\(kind)")
         }
         for kind in [SSHFailure.Kind.connectionLost, .timedOut, .protocolError] {
             let failure = SSHFailure(kind, "broken")
-            var agentStage = order(keys: [.init(path: "/k/a", encrypted: false)])
-            _ = agentStage.next(.start(all))
+            var agentStage = order(keys: [.init(path: "/k/a", encrypted: false, explicit: false)])
+            _ = agentStage.next(.start(all, agentKeys: [Self.blob(1)]))
             #expect(agentStage.next(.refused(failure)).action == .fail(failure), "\(kind)")
             var keyStage = order(agent: nil, keys: [.init(path: "/k/a", encrypted: false)])
             _ = keyStage.next(.start(all))
@@ -146,12 +163,101 @@ struct AuthenticationOrderTests {
 
     @Test("keyboard-interactive is not replayed: after it worked, the next connection runs the whole order again")
     func keyboardInteractiveNotReplayed() {
-        var machine = order(agent: nil)
+        var machine = order(agent: nil, store: false)
         #expect(machine.next(.start([.keyboardInteractive])).action == .offer(.keyboardInteractive))
         _ = machine.succeeded()
         #expect(machine.remembered == .keyboardInteractive)
         #expect(machine.next(.start([.keyboardInteractive, .password])).action == .offer(.keyboardInteractive))
         #expect(machine.next(.refused(refused)).notices == [.keyboardInteractiveRefused], "three rounds again, not a replay")
+    }
+
+    @Test("-i keys come before the agent's other keys (six of them would use up sshd's MaxAuthTries); the agent's copy of an -i key comes first and the file is not tried again; default files come last")
+    func explicitKeysFirst() {
+        let good = Self.blob(9), copy = Self.blob(8), fallback = Self.blob(7)
+        let others = (1...6).map { Self.blob(UInt8($0)) }
+        var machine = order(keys: [.init(path: "/k/good", encrypted: false, publicKey: good),
+                                   .init(path: "/k/copied", encrypted: false, publicKey: copy),
+                                   .init(path: "/home/me/.ssh/id_ed25519", encrypted: false, publicKey: fallback, explicit: false)])
+        var offers = [machine.next(.start([.publicKey], agentKeys: others + [copy, fallback])).action]
+        while case .offer = offers.last! { offers.append(machine.next(.refused(refused)).action) }
+        let agent = { (key: [UInt8]) in AuthenticationOrder.Action.offer(.agentKey(socketPath: "/run/agent.sock", publicKey: key)) }
+        #expect(Array(offers.dropLast()) == [agent(copy), .offer(.privateKey(path: "/k/good", passphrase: nil))]
+                + others.map(agent) + [agent(fallback)])
+    }
+
+    @Test("IdentitiesOnly: of the agent's keys only copies of the key files are used")
+    func identitiesOnly() {
+        let wanted = Self.blob(9), defaultKey = Self.blob(8), stranger = Self.blob(1)
+        var machine = order(keys: [.init(path: "/k/wanted", encrypted: false, publicKey: wanted),
+                                   .init(path: "/k/default", encrypted: false, publicKey: defaultKey, explicit: false)],
+                            identitiesOnly: true)
+        var offers = [machine.next(.start([.publicKey], agentKeys: [stranger, defaultKey, wanted])).action]
+        while case .offer = offers.last! { offers.append(machine.next(.refused(refused)).action) }
+        #expect(Array(offers.dropLast()) == [.offer(.agentKey(socketPath: "/run/agent.sock", publicKey: wanted)),
+                                             .offer(.agentKey(socketPath: "/run/agent.sock", publicKey: defaultKey))])
+    }
+
+    @Test("an RSA key refused while libssh2 signs RSA only with SHA-1: said once, with the way out, and in the final failure; not with libssh2 1.11")
+    func rsaKeyRefused() {
+        let rsa = Self.blob(3, type: "ssh-rsa")
+        var machine = order(keys: [.init(path: "/k/id_rsa", encrypted: false, publicKey: rsa)], store: false, features: old)
+        #expect(machine.next(.start([.publicKey], agentKeys: [rsa, Self.blob(4, type: "ssh-rsa")])).action
+                == .offer(.agentKey(socketPath: "/run/agent.sock", publicKey: rsa)))
+        let limitation = old.rsaLimitation!
+        #expect(machine.next(.refused(refused)) == .init(notices: [.rsaKeyRefused(key: "the agent's key", reason: limitation)],
+                                                         action: .offer(.agentKey(socketPath: "/run/agent.sock",
+                                                                                  publicKey: Self.blob(4, type: "ssh-rsa")))))
+        let last = machine.next(.refused(refused))
+        #expect(last.notices.isEmpty, "said once")
+        #expect(last.action == .fail(SSHFailure(.authenticationFailed,
+                                                "Authentication failed: me@ssh.example.com (the server offers: publickey): \(limitation)")))
+        #expect(limitation.hasPrefix("RSA keys need libssh2 ≥ 1.11 (this is libssh2 1.10.0"))
+        #expect(limitation.hasSuffix("; use an ed25519 or ECDSA key, or ssh with ProxyCommand"))
+
+        var newer = order(agent: nil, keys: [.init(path: "/k/id_rsa", encrypted: false, publicKey: rsa)], store: false)
+        _ = newer.next(.start([.publicKey]))
+        #expect(newer.next(.refused(refused)).notices.isEmpty)
+    }
+
+    @Test("keyboard-interactive: a single echo-off Password round is answered with the saved password; refused, it is said and the person is asked; a typed one is handed back for saving")
+    func savedPasswordForKeyboardInteractive() {
+        var machine = order(agent: nil)
+        #expect(machine.next(.start([.keyboardInteractive])).action == .lookUpSavedPassword)
+        #expect(machine.next(.savedPassword("stale")).action == .offer(.keyboardInteractive))
+        #expect(machine.answer(passwordRound) == .answers(["stale"]))
+        let otp = SSHKeyboardPrompt(name: "", instruction: "", questions: [.init(text: "Verification code: ", echo: false)])
+        #expect(machine.answer(otp) == .ask(password: false), "a second factor goes to the person")
+        #expect(machine.next(.refused(refused)) == .init(notices: [.savedPasswordRefused(account)], action: .offer(.keyboardInteractive)))
+        #expect(machine.answer(passwordRound) == .ask(password: true), "the refused saved password is not offered again")
+        machine.typedAnswers(["typed"], to: passwordRound)
+        #expect(machine.succeeded() == "typed", "a password typed at PAM's prompt is offered for saving")
+        #expect(machine.rememberedKeyboardPassword == "typed")
+
+        // The reconnect: the round is answered with the password that worked, without asking.
+        #expect(machine.next(.start([.keyboardInteractive])).action == .lookUpSavedPassword)
+        #expect(machine.next(.savedPassword(nil)).action == .offer(.keyboardInteractive))
+        #expect(machine.answer(passwordRound) == .answers(["typed"]))
+        #expect(machine.succeeded() == nil)
+    }
+
+    @Test("keyboard-interactive with the saved password that works: nothing to save; without a terminal it is still tried once")
+    func savedPasswordWithoutTerminal() {
+        var machine = order(agent: nil, canAsk: false)
+        _ = machine.next(.start([.keyboardInteractive]))
+        #expect(machine.next(.savedPassword("right")).action == .offer(.keyboardInteractive))
+        #expect(machine.answer(passwordRound) == .answers(["right"]))
+        let step = machine.next(.refused(refused))
+        #expect(step.notices == [.savedPasswordRefused(account)])
+        if case .fail = step.action {} else { Issue.record("tried again without anyone to answer: \(step.action)") }
+
+        var good = order(agent: nil, canAsk: false)
+        _ = good.next(.start([.keyboardInteractive]))
+        _ = good.next(.savedPassword("right"))
+        #expect(good.answer(passwordRound) == .answers(["right"]))
+        #expect(good.succeeded() == nil, "a saved password is not offered for saving again")
+        #expect(!AuthenticationOrder.isPasswordRound(.init(name: "", instruction: "", questions: [.init(text: "Password: ", echo: true)])))
+        #expect(!AuthenticationOrder.isPasswordRound(.init(name: "", instruction: "", questions: [
+            .init(text: "Password: ", echo: false), .init(text: "Code: ", echo: false)])))
     }
 
     @Test("an answer nobody asked for is refused, not acted on")

@@ -25,12 +25,18 @@ struct HostKeyPolicyTests {
         HostKeyCheck(checking: checking, entryName: "ssh.example.com", knownHostsPath: "/home/me/.ssh/known_hosts", key: key)
     }
 
-    @Test("a known key is trusted and a changed key refused with OpenSSH's warning, in every mode")
+    @Test("a known key is trusted; a changed key (of any type) and a revoked key are refused with OpenSSH's warning, in every mode")
     func knownAndChanged() {
+        let other = KnownHosts.Entry(line: 3, marker: nil, key: Self.ed25519(9))
+        let ca = KnownHosts.Entry(line: 4, marker: .certificateAuthority, key: Self.ed25519(5))
         for mode in [SSHHostKeyChecking.strict, .acceptNew, .ask] {
             #expect(check(mode).decide(.match) == .trust, "\(mode)")
-            #expect(check(mode).decide(.mismatch)
-                    == .refuse(notices: [.changed(key: key, knownHostsPath: "/home/me/.ssh/known_hosts")], failure: failed), "\(mode)")
+            let changed = SSHChangedHostKey(entryName: "ssh.example.com", key: key, knownHostsPath: "/home/me/.ssh/known_hosts",
+                                            known: [other])
+            #expect(check(mode).decide(.mismatch, known: [other, ca]) == .refuse(notices: [.changed(changed)], failure: failed),
+                    "\(mode)")
+            #expect(check(mode).decide(.revoked) == .refuse(notices: [.revoked(entryName: "ssh.example.com", key: key)], failure: failed),
+                    "\(mode)")
         }
     }
 
@@ -61,10 +67,23 @@ struct HostKeyPolicyTests {
 
     @Test("the notices in OpenSSH's words")
     func noticeTexts() {
-        let warning = SSHHostKeyNotice.changed(key: key, knownHostsPath: "/k/known_hosts").text
+        let known = [KnownHosts.Entry(line: 7, marker: nil, key: Self.ed25519(9))]
+        let warning = SSHHostKeyNotice.changed(.init(entryName: "[h.test]:2222", key: key, knownHostsPath: "/k/known_hosts",
+                                                     known: known)).text
         #expect(warning.contains("WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!"))
         #expect(warning.contains("The fingerprint for the ED25519 key sent by the remote host is\n\(key.fingerprint)."))
         #expect(warning.contains("Add correct host key in /k/known_hosts to get rid of this message."))
+        #expect(warning.contains("Offending ED25519 key in /k/known_hosts:7\n  remove with:\n  ssh-keygen -f \"/k/known_hosts\" -R \"[h.test]:2222\""))
+        #expect(warning.hasSuffix("\nHost key for [h.test]:2222 has changed and you have requested strict checking."))
+        #expect(SSHHostKeyNotice.revoked(entryName: "h.test", key: key).text == """
+            @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+            @       WARNING: REVOKED HOST KEY DETECTED!               @
+            @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+            The ED25519 host key for h.test is marked as revoked.
+            This could mean that a stolen key is being used to
+            impersonate this host.
+            ED25519 host key for h.test was revoked and you have requested strict checking.
+            """)
         #expect(SSHHostKeyNotice.added(entryName: "ssh.example.com", key: key).text
                 == "Warning: Permanently added 'ssh.example.com' (ED25519) to the list of known hosts.")
     }
@@ -103,8 +122,57 @@ struct HostKeyPolicyTests {
         try known.write(toFile: file, atomically: true, encoding: .utf8)
         let prompt = ScriptedPrompts(hostKeyAnswer: true)
         await #expect(throws: failed) { try await verifier(file, .acceptNew, prompt: prompt).validateHostKey(key) }
-        #expect(prompt.events == [.hostKeyNotice(.changed(key: key, knownHostsPath: file))])
+        let entry = KnownHosts.entries(in: known, naming: "ssh.example.com")[0]
+        #expect(prompt.events == [.hostKeyNotice(.changed(.init(entryName: "ssh.example.com", key: key, knownHostsPath: file,
+                                                                 known: [entry])))])
         #expect(try String(contentsOfFile: file, encoding: .utf8) == known)
+    }
+
+    @Test("a key of ANOTHER type for a known host is a changed key: refused with accept-new and ask alike, never called unknown, never added")
+    func otherTypeIsChanged() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.path + "/known_hosts"
+        let known = "ssh.example.com \(KnownHostsTests.ecdsa)\n"
+        try known.write(toFile: file, atomically: true, encoding: .utf8)
+        for mode in [SSHHostKeyChecking.acceptNew, .ask] {
+            let prompt = ScriptedPrompts(hostKeyAnswer: true)
+            await #expect(throws: failed) { try await verifier(file, mode, prompt: prompt).validateHostKey(key) }
+            #expect(prompt.events.count == 1, "\(mode): \(prompt.events)")
+            guard case .hostKeyNotice(.changed(let changed)) = prompt.events.first else {
+                Issue.record("\(mode): not the changed-key warning: \(prompt.events)")
+                continue
+            }
+            #expect(changed.known.map(\.key.displayType) == ["ECDSA"])
+            #expect(!SSHHostKeyNotice.changed(changed).text.contains("can't be established"))
+        }
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == known)
+    }
+
+    @Test("@revoked: refused with OpenSSH's warning even with accept-new, and never added")
+    func revokedRefused() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.path + "/known_hosts"
+        let known = "@revoked * \(key.knownHostsText)\n"
+        try known.write(toFile: file, atomically: true, encoding: .utf8)
+        let prompt = ScriptedPrompts(hostKeyAnswer: true)
+        await #expect(throws: failed) { try await verifier(file, .acceptNew, prompt: prompt).validateHostKey(key) }
+        #expect(prompt.events == [.hostKeyNotice(.revoked(entryName: "ssh.example.com", key: key))])
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == known)
+    }
+
+    @Test("the verifier asks for the known key types first in the key exchange; nothing known, no preference")
+    func preferredAlgorithms() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.path + "/known_hosts"
+        #expect(await verifier(file, .ask, prompt: nil).preferredHostKeyAlgorithms() == nil)
+        try "ssh.example.com \(KnownHostsTests.ecdsa)\n@revoked * \(KnownHostsTests.ed25519)\nssh.example.com \(KnownHostsTests.ed25519)\n"
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(await verifier(file, .ask, prompt: nil).preferredHostKeyAlgorithms() == ["ecdsa-sha2-nistp256"],
+                "a revoked key's type is not asked for because of it")
+        #expect(await verifier(file, .ask, port: 2222, prompt: nil).preferredHostKeyAlgorithms() == nil)
     }
 
     @Test("ask: the key is shown, then the question; yes appends it, no and no answer refuse it without writing")

@@ -1,4 +1,5 @@
 import AccessTestSupport
+import AccessTransport
 import CFAccessSSH
 import Foundation
 import Testing
@@ -62,7 +63,7 @@ struct OrderedAuthenticationTests {
         #expect(prompts.events == [.password(account), .notice(.passwordNotSavable(reason: "no D-Bus session bus"))])
     }
 
-    @Test("agent, then -i keys, then the default keys that exist (encrypted ones after the passphrase), in that order")
+    @Test("-i keys, then the agent's keys (listed at the start), then the default keys that exist (encrypted ones after the passphrase), in that order")
     func keysInOrder() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -70,15 +71,56 @@ struct OrderedAuthenticationTests {
         try PrivateKeyFixtures.openSSH(cipher: "none").write(toFile: plain, atomically: true, encoding: .utf8)
         try PrivateKeyFixtures.openSSH(cipher: "aes256-ctr").write(toFile: locked, atomically: true, encoding: .utf8)
         let prompts = ScriptedPrompts(passphrases: ["phrase"])
+        let agentKey = AuthenticationOrderTests.blob(5)
+        let listed = LockedBox<[String]>([])
         let delegate = SSHOrderedAuthentication(
             configuration: .init(account: account, agentSocketPath: "/run/agent", identityFiles: [plain],
                                  defaultIdentityFiles: [plain, locked, missing]),
-            prompts: prompts)
+            prompts: prompts, logger: MemoryLog().logger, features: .linked) { socket in
+                listed.withLock { $0.append(socket) }
+                return [agentKey]
+            }
         let server = ScriptedServer(accepting: [.privateKey(path: locked, passphrase: "phrase")])
         #expect(try await authenticate(delegate, server) == .privateKey(path: locked, passphrase: "phrase"))
-        #expect(server.offers == [.agent(socketPath: "/run/agent"), .privateKey(path: plain, passphrase: nil),
+        #expect(server.offers == [.privateKey(path: plain, passphrase: nil), .agentKey(socketPath: "/run/agent", publicKey: agentKey),
                                   .privateKey(path: locked, passphrase: "phrase")])
+        #expect(listed.withLock { $0 } == ["/run/agent"])
         #expect(prompts.events == [.passphrase(locked)])
+    }
+
+    @Test("PAM's Password round: answered from the store without a question; else typed, and offered for saving once it worked")
+    func keyboardInteractivePassword() async throws {
+        let round = SSHKeyboardPrompt(name: "", instruction: "", questions: [.init(text: "Password: ", echo: false)])
+        /// A PAM server: one Password round; the right answer lets the user in.
+        func pam(_ delegate: SSHOrderedAuthentication) async throws(SSHFailure) -> SSHAuthenticationOffer {
+            try await AuthenticationLoop.run(availableMethods: [.keyboardInteractive], delegate: delegate) { offer throws(SSHFailure) in
+                guard offer == .keyboardInteractive, await delegate.respond(to: round) == ["right"] else {
+                    throw SSHFailure(.authenticationFailed, "Authentication failed")
+                }
+            }
+        }
+        let savedPrompts = ScriptedPrompts(saveAnswer: true)
+        let filled = MemoryPasswordStore(saved: [account: "right"])
+        _ = try await pam(SSHOrderedAuthentication(configuration: .init(account: account, passwordStore: filled), prompts: savedPrompts))
+        #expect(savedPrompts.events.isEmpty, "no question and no save offer: \(savedPrompts.events)")
+
+        let typingPrompts = ScriptedPrompts(keyboard: [["right"]], saveAnswer: true)
+        let empty = MemoryPasswordStore()
+        _ = try await pam(SSHOrderedAuthentication(configuration: .init(account: account, passwordStore: empty), prompts: typingPrompts))
+        #expect(typingPrompts.events == [.keyboard(round), .saveOffer(account), .notice(.passwordSaved(account))])
+        #expect(empty.contents == [account: "right"])
+    }
+
+    @Test("a store that hangs is said before the question (one notice), and the person is asked")
+    func hangingStore() async throws {
+        let prompts = ScriptedPrompts(passwords: ["right"])
+        let store = MemoryPasswordStore(unavailable: "the Secret Service (D-Bus) did not answer within 3 s", timedOut: true)
+        let delegate = SSHOrderedAuthentication(configuration: .init(account: account, passwordStore: store), prompts: prompts)
+        _ = try await authenticate(delegate, ScriptedServer(accepting: [.password("right")]), methods: [.password])
+        #expect(prompts.events == [
+            .notice(.passwordStoreUnavailable(reason: "the Secret Service (D-Bus) did not answer within 3 s")), .password(account),
+            .notice(.passwordNotSavable(reason: "the Secret Service (D-Bus) did not answer within 3 s")),
+        ])
     }
 
     @Test("keyboard-interactive rounds go to the prompts through the delegate")

@@ -86,31 +86,34 @@ final class ScriptedPrompts: SSHAuthenticationPrompts, SSHHostKeyPrompt {
     }
 }
 
-/// Passwords in memory; `unavailable` makes every call fail with that reason.
+/// Passwords in memory; `unavailable` makes every call fail with that reason (as a store that
+/// did not answer in time when `timedOut`).
 final class MemoryPasswordStore: SSHPasswordStore {
     private let saved: LockedBox<[SSHAccount: String]>
     private let unavailable: String?
+    private let timedOut: Bool
 
-    init(saved: [SSHAccount: String] = [:], unavailable: String? = nil) {
+    init(saved: [SSHAccount: String] = [:], unavailable: String? = nil, timedOut: Bool = false) {
         self.saved = LockedBox(saved)
         self.unavailable = unavailable
+        self.timedOut = timedOut
     }
 
     /// What is saved now.
     var contents: [SSHAccount: String] { saved.withLock { $0 } }
 
     func password(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> String? {
-        if let unavailable { throw SSHPasswordStoreFailure(reason: unavailable) }
+        if let unavailable { throw SSHPasswordStoreFailure(reason: unavailable, timedOut: timedOut) }
         return saved.withLock { $0[account] }
     }
 
     func save(_ password: String, for account: SSHAccount) async throws(SSHPasswordStoreFailure) {
-        if let unavailable { throw SSHPasswordStoreFailure(reason: unavailable) }
+        if let unavailable { throw SSHPasswordStoreFailure(reason: unavailable, timedOut: timedOut) }
         saved.withLock { $0[account] = password }
     }
 
     func remove(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> Bool {
-        if let unavailable { throw SSHPasswordStoreFailure(reason: unavailable) }
+        if let unavailable { throw SSHPasswordStoreFailure(reason: unavailable, timedOut: timedOut) }
         return saved.withLock { $0.removeValue(forKey: account) != nil }
     }
 }

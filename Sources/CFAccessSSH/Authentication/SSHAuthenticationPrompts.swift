@@ -62,6 +62,12 @@ public enum SSHAuthenticationNotice: Sendable, Equatable {
     case passwordNotSavable(reason: String)
     /// The password was saved for the account.
     case passwordSaved(SSHAccount)
+    /// The password store did not answer or failed when the saved password was looked up; the
+    /// person is asked instead.
+    case passwordStoreUnavailable(reason: String)
+    /// The server refused an RSA key (a key file's path, or "the agent's key") because of the
+    /// linked libssh2's RSA signatures: `reason` says why and what to do.
+    case rsaKeyRefused(key: String, reason: String)
     /// Saving the password failed, for this reason.
     case passwordNotSaved(reason: String)
 
@@ -76,6 +82,8 @@ public enum SSHAuthenticationNotice: Sendable, Equatable {
         case .noOneToAskForPassword: return "no one to ask for a password"
         case .passwordNotSavable(let reason): return "the password cannot be saved: \(reason)"
         case .passwordSaved(let account): return "Password saved for \(account)."
+        case .passwordStoreUnavailable(let reason): return "the saved password cannot be looked up: \(reason)"
+        case .rsaKeyRefused(let key, let reason): return "The server refused the RSA key \(key): \(reason)"
         case .passwordNotSaved(let reason): return "the password was not saved: \(reason)"
         }
     }
@@ -85,9 +93,14 @@ public enum SSHAuthenticationNotice: Sendable, Equatable {
 public struct SSHPasswordStoreFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// The reason, e.g. "libsecret-1.so.0 is not installed".
     public let reason: String
+    /// Whether the store did not answer in time (it may still be hanging).
+    public let timedOut: Bool
 
-    /// A failure for `reason`.
-    public init(reason: String) { self.reason = reason }
+    /// A failure for `reason`; `timedOut` when the store did not answer in time.
+    public init(reason: String, timedOut: Bool = false) {
+        self.reason = reason
+        self.timedOut = timedOut
+    }
 
     /// The reason.
     public var description: String { reason }

@@ -2,9 +2,12 @@ import AccessTransport
 import Foundation
 import Logging
 
-/// The ready ``SSHUserAuthenticationDelegate``: OpenSSH's order — the ssh-agent, key files
-/// (passphrases asked), keyboard-interactive, then the password (a saved one from the
-/// ``SSHPasswordStore`` first, then typed ones, with the offer to save one that worked). The app
+/// The ready ``SSHUserAuthenticationDelegate``: OpenSSH's order — public keys (the agent's copy
+/// of a key file first, then the `-i` files, the agent's other keys unless `identitiesOnly`, the
+/// default files; passphrases asked), keyboard-interactive, then the password (a saved one from
+/// the ``SSHPasswordStore`` first, then typed ones, with the offer to save one that worked). A
+/// keyboard-interactive round that only asks for a password (PAM's `Password: `) is answered
+/// with the saved password, and a password typed there is offered for saving too. The app
 /// supplies only the ``SSHAuthenticationPrompts``.
 ///
 /// ```swift
@@ -31,6 +34,9 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         public var identityFiles: [String]
         /// Key files tried next when they exist and are readable (ssh's `~/.ssh/id_*`).
         public var defaultIdentityFiles: [String]
+        /// OpenSSH's `IdentitiesOnly`: the agent's keys are used only when they are copies of
+        /// the key files; its other keys are not tried.
+        public var identitiesOnly: Bool
         /// Where saved passwords are looked up and saved (nil: none are).
         public var passwordStore: (any SSHPasswordStore)?
         /// Passphrases asked for each encrypted key.
@@ -42,12 +48,14 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
 
         /// A configuration with every setting; three tries of each kind by default.
         public init(account: SSHAccount, agentSocketPath: String? = nil, identityFiles: [String] = [],
-                    defaultIdentityFiles: [String] = [], passwordStore: (any SSHPasswordStore)? = nil,
+                    defaultIdentityFiles: [String] = [], identitiesOnly: Bool = false,
+                    passwordStore: (any SSHPasswordStore)? = nil,
                     passphraseAttempts: Int = 3, keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3) {
             self.account = account
             self.agentSocketPath = agentSocketPath
             self.identityFiles = identityFiles
             self.defaultIdentityFiles = defaultIdentityFiles
+            self.identitiesOnly = identitiesOnly
             self.passwordStore = passwordStore
             self.passphraseAttempts = passphraseAttempts
             self.keyboardInteractiveAttempts = keyboardInteractiveAttempts
@@ -77,26 +85,40 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
     private let prompts: any SSHAuthenticationPrompts
     private let logger: Logger
     private let state: LockedBox<State>
+    private let listAgent: @Sendable (String) async -> [[UInt8]]
 
     /// An authentication for `configuration` asking through `prompts`. The key files are looked
-    /// at (which exist, which are encrypted) now.
-    public init(configuration: Configuration, prompts: any SSHAuthenticationPrompts,
-                logger: Logger = Logger(label: "cf-access-ssh")) {
+    /// at (which exist, which are encrypted, their public keys) now; the agent's keys are listed
+    /// at the start of each authentication.
+    public convenience init(configuration: Configuration, prompts: any SSHAuthenticationPrompts,
+                            logger: Logger = Logger(label: "cf-access-ssh")) {
+        self.init(configuration: configuration, prompts: prompts, logger: logger, features: .linked) { socket in
+            ((try? await SSHAgentIdentity.list(socketPath: socket)) ?? []).map(\.publicKey)
+        }
+    }
+
+    /// The same with the libssh2 features and the agent's key list given (tests).
+    package init(configuration: Configuration, prompts: any SSHAuthenticationPrompts, logger: Logger,
+                 features: LibSSH2Features, listAgent: @escaping @Sendable (String) async -> [[UInt8]]) {
         self.configuration = configuration
         self.prompts = prompts
         self.logger = logger
+        self.listAgent = listAgent
         let defaults = configuration.defaultIdentityFiles.filter {
             !configuration.identityFiles.contains($0) && FileManager.default.isReadableFile(atPath: $0)
         }
+        let explicit = Set(configuration.identityFiles)
         let keys = (configuration.identityFiles + defaults).map {
-            AuthenticationOrder.KeyFile(path: $0, encrypted: PrivateKeyFile.isEncrypted(path: $0))
+            AuthenticationOrder.KeyFile(path: $0, encrypted: PrivateKeyFile.isEncrypted(path: $0),
+                                        publicKey: PrivateKeyFile.publicKey(path: $0), explicit: explicit.contains($0))
         }
         let setup = AuthenticationOrder.Setup(
             account: configuration.account, agentSocketPath: configuration.agentSocketPath, keys: keys,
+            identitiesOnly: configuration.identitiesOnly,
             canAsk: prompts.canAsk, hasPasswordStore: configuration.passwordStore != nil,
             passphraseAttempts: configuration.passphraseAttempts,
             keyboardInteractiveAttempts: configuration.keyboardInteractiveAttempts,
-            passwordAttempts: configuration.passwordAttempts)
+            passwordAttempts: configuration.passwordAttempts, features: features)
         state = LockedBox(State(order: AuthenticationOrder(setup: setup)))
     }
 
@@ -109,7 +131,12 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
             event = .refused(lastFailure)
         } else {
             logger.debug("server offers: \(availableMethods)")
-            event = .start(availableMethods)
+            var agentKeys: [[UInt8]] = []
+            if availableMethods.contains(.publicKey), let socket = configuration.agentSocketPath {
+                agentKeys = await listAgent(socket)
+                logger.debug("the ssh-agent holds \(agentKeys.count) keys")
+            }
+            event = .start(availableMethods, agentKeys: agentKeys)
         }
         while true {
             let step = state.withLock { $0.order.next(event) }
@@ -130,9 +157,20 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         }
     }
 
-    /// Passes the round to the prompts.
+    /// Answers a round that only asks for a password with the saved (or, on a reconnect, the
+    /// remembered) password; passes any other round to the prompts.
     public func respond(to round: SSHKeyboardPrompt) async -> [String]? {
-        await prompts.respond(to: round)
+        switch state.withLock({ $0.order.answer(round) }) {
+        case .answers(let answers):
+            logger.debug("keyboard-interactive: the password round answered without asking")
+            return answers
+        case .ask(let password):
+            let answers = await prompts.respond(to: round)
+            if password, let answers { state.withLock { $0.order.typedAnswers(answers, to: round) } }
+            return answers
+        case .none:
+            return nil
+        }
     }
 
     /// Remembers `offer` for the next connection; after a typed password, offers to save it.
@@ -160,6 +198,9 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         } catch {
             logger.debug("password store: \(error.reason)")
             state.withLock { $0.storeProblem = error }
+            // A store that hung (a wedged D-Bus) is said at once, so the wait before the
+            // password prompt is explained; one that is simply not there is said after a login.
+            if error.timedOut { await prompts.show(.passwordStoreUnavailable(reason: error.reason)) }
             return nil
         }
     }

@@ -88,6 +88,9 @@ public enum SSHAuthenticationOffer: Sendable, Hashable, CustomStringConvertible,
                                     CustomReflectable {
     /// Each identity of the ssh-agent at `socketPath` (nil: `SSH_AUTH_SOCK`), in the agent's order.
     case agent(socketPath: String?)
+    /// The one identity of the ssh-agent at `socketPath` (nil: `SSH_AUTH_SOCK`) whose public key
+    /// blob is `publicKey` (see ``SSHAgentIdentity``).
+    case agentKey(socketPath: String?, publicKey: [UInt8])
     /// A private key file (OpenSSH or PEM; the public key is derived from it), with the
     /// passphrase of an encrypted key.
     case privateKey(path: String, passphrase: String? = nil)
@@ -100,16 +103,18 @@ public enum SSHAuthenticationOffer: Sendable, Hashable, CustomStringConvertible,
     /// The method this offer uses.
     public var method: SSHAuthenticationMethods {
         switch self {
-        case .agent, .privateKey: return .publicKey
+        case .agent, .agentKey, .privateKey: return .publicKey
         case .password: return .password
         case .keyboardInteractive: return .keyboardInteractive
         }
     }
 
-    /// The offer without its secret: `agent`, `privateKey(PATH)`, `password`, `keyboardInteractive`.
+    /// The offer without its secret: `agent`, `agentKey(SHA256:…)`, `privateKey(PATH)`,
+    /// `password`, `keyboardInteractive`.
     public var description: String {
         switch self {
         case .agent(let socket): return socket.map { "agent(\($0))" } ?? "agent"
+        case .agentKey(_, let key): return "agentKey(\(SSHPublicKeyBlob.fingerprint(key)))"
         case .privateKey(let path, let passphrase): return "privateKey(\(path)\(passphrase == nil ? "" : ", passphrase"))"
         case .password: return "password"
         case .keyboardInteractive: return "keyboardInteractive"

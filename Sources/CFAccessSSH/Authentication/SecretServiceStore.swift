@@ -12,29 +12,64 @@ import Glibc
 /// a password is looked up, saved or removed, the way libcurl is for logins: a session that never
 /// needs a password does not load it, nor GLib and D-Bus behind it. If it cannot be loaded, or no
 /// Secret Service answers, each call throws ``SSHPasswordStoreFailure`` saying why.
+///
+/// libsecret's calls block with no limit of their own (a session bus that accepts and never
+/// answers hangs them), so each call runs on a queue of the store's own and is awaited at most
+/// ``timeout``; after a call that did not finish in time the store is given up for the process
+/// (every later call fails at once, ``SSHPasswordStoreFailure/timedOut``).
 public final class SecretServiceStore: SSHPasswordStore {
     /// The schema name the passwords are stored under.
     public static let schemaName = "com.cf-access-tcp.ssh-password"
 
+    /// How long a call may take before it is given up.
+    public let timeout: Duration
     private let library = LockedBox<Result<SecretServiceLibrary, SSHPasswordStoreFailure>?>(nil)
+    private let hung = LockedBox<SSHPasswordStoreFailure?>(nil)
+    private let queue = DispatchQueue(label: "cf-access-ssh.secret-service")
 
-    /// A store that loads libsecret on first use.
-    public init() {}
+    /// A store that loads libsecret on first use and gives each call at most `timeout`.
+    public init(timeout: Duration = .seconds(10)) {
+        self.timeout = timeout
+    }
 
     /// The saved password for `account`, or nil.
     public func password(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> String? {
-        try loaded().password(user: account.user, host: account.host, port: account.port)
+        try await call("looking up the password") { store throws(SSHPasswordStoreFailure) in
+            try store.loaded().password(user: account.user, host: account.host, port: account.port)
+        }
     }
 
     /// Saves `password` for `account` (replacing any saved one).
     public func save(_ password: String, for account: SSHAccount) async throws(SSHPasswordStoreFailure) {
-        try loaded().save(password, user: account.user, host: account.host, port: account.port)
+        try await call("saving the password") { store throws(SSHPasswordStoreFailure) in
+            try store.loaded().save(password, user: account.user, host: account.host, port: account.port)
+        }
     }
 
     /// Removes the saved password for `account`; returns whether one was there.
     @discardableResult
     public func remove(for account: SSHAccount) async throws(SSHPasswordStoreFailure) -> Bool {
-        try loaded().remove(user: account.user, host: account.host, port: account.port)
+        try await call("removing the password") { store throws(SSHPasswordStoreFailure) in
+            try store.loaded().remove(user: account.user, host: account.host, port: account.port)
+        }
+    }
+
+    /// Runs `body` on the store's queue, bounded by `timeout`.
+    private func call<T: Sendable>(_ what: String,
+                                   _ body: @escaping @Sendable (SecretServiceStore) throws(SSHPasswordStoreFailure) -> T)
+    async throws(SSHPasswordStoreFailure) -> T {
+        if let hung = hung.withLock({ $0 }) { throw hung }
+        let result = await bounded(on: queue, timeout: timeout) { [self] () -> Result<T, SSHPasswordStoreFailure> in
+            do throws(SSHPasswordStoreFailure) { return .success(try body(self)) } catch { return .failure(error) }
+        }
+        guard let result else {
+            let seconds = Int(timeout.seconds.rounded(.up))
+            let failure = SSHPasswordStoreFailure(
+                reason: "the Secret Service (D-Bus) did not answer within \(seconds) s while \(what)", timedOut: true)
+            hung.withLock { $0 = failure }
+            throw failure
+        }
+        return try result.get()
     }
 
     /// libsecret, loaded (and a Secret Service found) on the first call; the same answer after.

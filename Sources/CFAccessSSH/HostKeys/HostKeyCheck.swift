@@ -35,14 +35,20 @@ package struct HostKeyCheck: Sendable, Equatable {
     /// The failure every refusal ends with, in OpenSSH's words.
     package static let failed = SSHFailure(.hostKeyRejected, "Host key verification failed.")
 
-    /// The first decision, from the file's verdict: a match is trusted, a changed key refused in
-    /// every mode, an unknown key refused, added or asked about by the mode.
-    package func decide(_ verdict: KnownHosts.Verdict) -> Action {
+    /// The first decision, from the file's verdict and the plain entries `known` for the host: a
+    /// match is trusted; a changed key (one of another type included: the host is known) and a
+    /// revoked key are refused in every mode; an unknown key is refused, added or asked about
+    /// by the mode.
+    package func decide(_ verdict: KnownHosts.Verdict, known: [KnownHosts.Entry] = []) -> Action {
         switch verdict {
         case .match:
             return .trust
         case .mismatch:
-            return .refuse(notices: [.changed(key: key, knownHostsPath: knownHostsPath)], failure: Self.failed)
+            let changed = SSHChangedHostKey(entryName: entryName, key: key, knownHostsPath: knownHostsPath,
+                                            known: known.filter { $0.marker == nil })
+            return .refuse(notices: [.changed(changed)], failure: Self.failed)
+        case .revoked:
+            return .refuse(notices: [.revoked(entryName: entryName, key: key)], failure: Self.failed)
         case .unknown:
             let unknown = SSHUnknownHostKey(entryName: entryName, key: key)
             switch checking {

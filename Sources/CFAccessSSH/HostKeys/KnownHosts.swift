@@ -1,24 +1,59 @@
+import AccessCore
+import AccessTransport
 import Foundation
-internal import CCFSSH2
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// An OpenSSH `known_hosts` file: checks a host key against it (plain and hashed `|1|` entries,
-/// through libssh2's parser) and appends new keys.
+/// An OpenSSH `known_hosts` file, read as OpenSSH reads it: plain and hashed (`|1|salt|hash`)
+/// host names, comma-separated patterns with `*` and `?` wildcards and `!` negations, and the
+/// `@revoked` and `@cert-authority` markers. New keys are appended; the file is never
+/// rewritten.
 ///
 /// Entries are named like OpenSSH names them: `host` for port 22, `[host]:port` otherwise. In
 /// the embedded mode the host is the Access hostname, since the SSH server's own address is
 /// never seen.
+///
+/// Host certificates are not negotiated (libssh2 cannot check them), so an `@cert-authority`
+/// line never vouches for a key: as in OpenSSH when a server presents a plain key, such lines
+/// do not apply.
 public struct KnownHosts: Sendable {
     /// What the file says about a host's key.
     public enum Verdict: Sendable, Equatable {
         /// The file names this key for the host.
         case match
-        /// The file names another key of the same type for the host: possibly an attack.
+        /// The file names the host with other keys (of this type or another) but not this
+        /// one: the host's identity changed, possibly an attack.
         case mismatch
-        /// The file does not name the host with a key of this type.
+        /// The file marks this key `@revoked` for the host.
+        case revoked
+        /// The file does not name the host with any key.
         case unknown
+    }
+
+    /// A line's marker.
+    public enum Marker: String, Sendable, Equatable {
+        /// `@revoked`: the key must never be accepted.
+        case revoked = "@revoked"
+        /// `@cert-authority`: the key signs host certificates.
+        case certificateAuthority = "@cert-authority"
+    }
+
+    /// A line of the file that names a host.
+    public struct Entry: Sendable, Equatable {
+        /// The line's number in the file, from 1.
+        public let line: Int
+        /// The line's marker, if any.
+        public let marker: Marker?
+        /// The key the line names.
+        public let key: SSHHostKey
+
+        /// An entry of line `line`.
+        public init(line: Int, marker: Marker?, key: SSHHostKey) {
+            self.line = line
+            self.marker = marker
+            self.key = key
+        }
     }
 
     /// The file's path.
@@ -37,42 +72,124 @@ public struct KnownHosts: Sendable {
         port == 22 ? host.lowercased() : "[\(host.lowercased())]:\(port)"
     }
 
-    /// Checks `key` for `host`:`port`. A missing file knows no host. Lines libssh2 cannot
-    /// parse (other key types, markers) are skipped.
+    /// Checks `key` for `host`:`port` (see ``verdict(for:among:)``). A missing file knows no host.
     public func check(host: String, port: Int, key: SSHHostKey) throws(SSHFailure) -> Verdict {
-        guard FileManager.default.fileExists(atPath: path) else { return .unknown }
+        Self.verdict(for: key, among: try entries(host: host, port: port))
+    }
+
+    /// The lines that name `host`:`port`, in file order, of every marker and key type. Lines
+    /// that are not valid entries (comments, unknown markers or key types, broken base64) are
+    /// skipped, as OpenSSH skips them.
+    public func entries(host: String, port: Int) throws(SSHFailure) -> [Entry] {
+        guard FileManager.default.fileExists(atPath: path) else { return [] }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw SSHFailure(.localIO, "cannot read \(path)")
         }
-        guard let session = CCFSSH2_session_init() else {
-            throw SSHFailure(.localIO, "libssh2 could not create a session (out of memory)")
+        return Self.entries(in: String(decoding: data, as: UTF8.self), naming: Self.entryName(host: host, port: port))
+    }
+
+    /// The verdict of `entries` (those naming the host) on `key`, by OpenSSH's rules for a
+    /// plain key: a `@revoked` line for the key wins; then a plain line with the key matches;
+    /// then any other plain line means the host's key changed — whatever its type, since
+    /// the host is known; `@cert-authority` lines do not apply.
+    public static func verdict(for key: SSHHostKey, among entries: [Entry]) -> Verdict {
+        if entries.contains(where: { $0.marker == .revoked && $0.key.blob == key.blob }) { return .revoked }
+        let plain = entries.filter { $0.marker == nil }
+        if plain.contains(where: { $0.key.blob == key.blob }) { return .match }
+        return plain.isEmpty ? .unknown : .mismatch
+    }
+
+    /// The entries of the file `text` whose host field matches `name` (`host` or `[host]:port`).
+    package static func entries(in text: String, naming name: String) -> [Entry] {
+        var found: [Entry] = []
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            var fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+            guard let first = fields.first, !first.hasPrefix("#") else { continue }
+            var marker: Marker?
+            if first.hasPrefix("@") {
+                guard let known = Marker(rawValue: String(first)) else { continue }
+                marker = known
+                fields.removeFirst()
+            }
+            guard fields.count >= 3, hostField(fields[0], matches: name),
+                  let blob = Base64.decode(String(fields[2]), alphabet: .standard), !blob.isEmpty else { continue }
+            let key = SSHHostKey(blob: blob, sha256: Digest.sha256(blob))
+            guard key.algorithm == fields[1] else { continue }
+            found.append(Entry(line: index + 1, marker: marker, key: key))
         }
-        defer { _ = libssh2_session_free(session) }
-        guard let hosts = libssh2_knownhost_init(session) else {
-            throw SSHFailure(.localIO, "libssh2 could not read known hosts (out of memory)")
+        return found
+    }
+
+    /// Whether a line's host field names `name`: a hashed name (`|1|salt|hash`, HMAC-SHA1 of the
+    /// name under the salt), or a pattern list as OpenSSH's `match_hostname` reads it.
+    package static func hostField(_ field: Substring, matches name: String) -> Bool {
+        if field.hasPrefix("|1|") {
+            let parts = field.dropFirst(3).split(separator: "|", omittingEmptySubsequences: false)
+            guard parts.count == 2, let salt = Base64.decode(String(parts[0]), alphabet: .standard), !salt.isEmpty,
+                  let hash = Base64.decode(String(parts[1]), alphabet: .standard) else { return false }
+            return Digest.hmacSHA1(key: salt, message: Array(name.utf8)) == hash
         }
-        defer { libssh2_knownhost_free(hosts) }
-        for line in String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline) {
-            let text = String(line)
-            _ = libssh2_knownhost_readline(hosts, text, text.utf8.count, LIBSSH2_KNOWNHOST_FILE_OPENSSH)
+        return patternList(field, matches: name)
+    }
+
+    /// OpenSSH's pattern lists: comma-separated patterns, case-insensitive, with `*` (any run)
+    /// and `?` (any one character); a pattern after `!` that matches excludes the name whatever
+    /// else matches; otherwise one matching pattern is enough.
+    package static func patternList(_ list: Substring, matches name: String) -> Bool {
+        let subject = Array(name.lowercased().unicodeScalars)
+        var positive = false
+        for pattern in list.split(separator: ",") {
+            let negated = pattern.hasPrefix("!")
+            let body = Array((negated ? pattern.dropFirst() : pattern).lowercased().unicodeScalars)
+            guard glob(body[...], subject[...]) else { continue }
+            if negated { return false }
+            positive = true
         }
-        let name = Self.entryName(host: host, port: port)
-        let typeMask = LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | Self.keyBits(key.algorithm)
-        let result = key.blob.withUnsafeBytes { blob in
-            libssh2_knownhost_checkp(hosts, name, -1, blob.baseAddress!.assumingMemoryBound(to: CChar.self),
-                                     blob.count, Int32(typeMask), nil)
+        return positive
+    }
+
+    /// `*` and `?` wildcard matching of all of `subject` by all of `pattern`.
+    private static func glob(_ pattern: ArraySlice<Unicode.Scalar>, _ subject: ArraySlice<Unicode.Scalar>) -> Bool {
+        var p = pattern.startIndex, s = subject.startIndex
+        var star: (pattern: Int, subject: Int)?
+        while s < subject.endIndex {
+            if p < pattern.endIndex && (pattern[p] == "?" || pattern[p] == subject[s]) {
+                p += 1
+                s += 1
+            } else if p < pattern.endIndex && pattern[p] == "*" {
+                star = (p, s)
+                p += 1
+            } else if let last = star {
+                // Let the last `*` take one more character and try again.
+                p = last.pattern + 1
+                s = last.subject + 1
+                star = (last.pattern, last.subject + 1)
+            } else {
+                return false
+            }
         }
-        switch result {
-        case LIBSSH2_KNOWNHOST_CHECK_MATCH: return .match
-        case LIBSSH2_KNOWNHOST_CHECK_MISMATCH: return .mismatch
-        case LIBSSH2_KNOWNHOST_CHECK_NOTFOUND: return .unknown
-        default: throw SSHFailure(.localIO, "cannot check \(path): libssh2 failed to compare the keys")
+        while p < pattern.endIndex && pattern[p] == "*" { p += 1 }
+        return p == pattern.endIndex
+    }
+
+    /// Throws unless `host` can be written as a known_hosts name: no white space, none of the
+    /// characters that are patterns, markers or separators in the file (`*?!,[]|#@/`), and not
+    /// `host:port`, so an entry never names more hosts than the one connected to.
+    package static func checkWritable(host: String) throws(SSHFailure) {
+        let forbidden: Set<Character> = ["*", "?", "!", ",", "[", "]", "|", "#", "@", "/"]
+        // One colon is `host:port`, never a host; an IPv6 address has several.
+        guard !host.isEmpty, !host.contains(where: { $0.isWhitespace || $0.isNewline || forbidden.contains($0) }),
+              host.filter({ $0 == ":" }).count != 1,
+              !host.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw SSHFailure(.configuration, "\(ServerText.visible(host)) is not a host name known_hosts can hold")
         }
     }
 
     /// Appends `name key` for `host`:`port`, creating the file (0600) and its directory (0700)
-    /// if needed. Existing lines are never rewritten.
+    /// if needed. Existing lines are never rewritten. A host that is not a plain name (a
+    /// pattern, a `host:port`) is refused.
     public func add(host: String, port: Int, key: SSHHostKey) throws(SSHFailure) {
+        try Self.checkWritable(host: host)
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
@@ -90,18 +207,6 @@ public struct KnownHosts: Sendable {
         let line = prefix + "\(Self.entryName(host: host, port: port)) \(key.knownHostsText)\n"
         let ok = Array(line.utf8).withUnsafeBytes { writeAll(fd, $0) }
         guard ok else { throw SSHFailure(.localIO, "cannot write \(path): \(String(cString: strerror(errno)))") }
-    }
-
-    private static func keyBits(_ algorithm: String) -> Int32 {
-        switch algorithm {
-        case "ssh-rsa": return LIBSSH2_KNOWNHOST_KEY_SSHRSA
-        case "ssh-dss": return LIBSSH2_KNOWNHOST_KEY_SSHDSS
-        case "ecdsa-sha2-nistp256": return LIBSSH2_KNOWNHOST_KEY_ECDSA_256
-        case "ecdsa-sha2-nistp384": return LIBSSH2_KNOWNHOST_KEY_ECDSA_384
-        case "ecdsa-sha2-nistp521": return LIBSSH2_KNOWNHOST_KEY_ECDSA_521
-        case "ssh-ed25519": return LIBSSH2_KNOWNHOST_KEY_ED25519
-        default: return LIBSSH2_KNOWNHOST_KEY_UNKNOWN
-        }
     }
 }
 

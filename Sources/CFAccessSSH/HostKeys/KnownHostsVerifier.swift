@@ -44,6 +44,19 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
         self.prompt = prompt
     }
 
+    /// The algorithms of the keys known_hosts names for the host (plain lines, not revoked), in
+    /// OpenSSH's order, so the key exchange asks for a known key first; nil when the host is
+    /// not known (or the file cannot be read).
+    public func preferredHostKeyAlgorithms() async -> [String]? {
+        guard let known = try? configuration.knownHosts.entries(host: configuration.host, port: configuration.port) else {
+            return nil
+        }
+        let revoked = Set(known.filter { $0.marker == .revoked }.map(\.key.blob))
+        let types = Set(known.filter { $0.marker == nil && !revoked.contains($0.key.blob) }.map(\.key.algorithm))
+        let algorithms = HostKeyAlgorithms.preferred(forKnownTypes: types)
+        return algorithms.isEmpty ? nil : algorithms
+    }
+
     /// Checks `hostKey` against the file and acts on the decision of ``SSHHostKeyChecking``'s
     /// rules: returns if trusted (appending the key when it was new and accepted), throws
     /// ``SSHFailure/Kind/hostKeyRejected`` otherwise.
@@ -52,7 +65,8 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
         let check = HostKeyCheck(checking: configuration.checking,
                                  entryName: KnownHosts.entryName(host: configuration.host, port: configuration.port),
                                  knownHostsPath: knownHosts.path, key: hostKey)
-        var action = check.decide(try knownHosts.check(host: configuration.host, port: configuration.port, key: hostKey))
+        let known = try knownHosts.entries(host: configuration.host, port: configuration.port)
+        var action = check.decide(KnownHosts.verdict(for: hostKey, among: known), known: known)
         while true {
             switch action {
             case .trust:

@@ -23,6 +23,18 @@ public protocol SSHHostKeyDelegate: Sendable {
     /// ``SSHFailure/Kind/hostKeyRejected``, or ``SSHFailure/Kind/localIO`` if a file could not
     /// be read) to end the connection before any credential is sent.
     func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure)
+
+    /// The host-key algorithms to ask the server for first (`ssh-ed25519`,
+    /// `ecdsa-sha2-nistp256`, `rsa-sha2-512`, …), before the key exchange: those of the keys
+    /// already known for the host, as OpenSSH orders them, so a server with several host keys
+    /// presents the known one. nil (the default) keeps the session's own order. Names the
+    /// linked libssh2 does not support are dropped; the remaining algorithms follow.
+    func preferredHostKeyAlgorithms() async -> [String]?
+}
+
+extension SSHHostKeyDelegate {
+    /// No preference: the session's own order.
+    public func preferredHostKeyAlgorithms() async -> [String]? { nil }
 }
 
 /// How a key that known_hosts does not name is treated: OpenSSH's `StrictHostKeyChecking`. A
@@ -83,38 +95,81 @@ public struct SSHUnknownHostKey: Sendable, Equatable {
     }
 }
 
+/// A host key that differs from every key known_hosts names for the host (of its type or of
+/// another): the changed-key warning's facts.
+public struct SSHChangedHostKey: Sendable, Equatable {
+    /// The host as known_hosts names it.
+    public let entryName: String
+    /// The key the server presented.
+    public let key: SSHHostKey
+    /// The known_hosts file.
+    public let knownHostsPath: String
+    /// The keys the file names for the host (plain lines), with their line numbers.
+    public let known: [KnownHosts.Entry]
+
+    /// The facts of a changed key.
+    public init(entryName: String, key: SSHHostKey, knownHostsPath: String, known: [KnownHosts.Entry]) {
+        self.entryName = entryName
+        self.key = key
+        self.knownHostsPath = knownHostsPath
+        self.known = known
+    }
+}
+
 /// Something the host-key check tells the person, with OpenSSH's wording in ``text``.
 public enum SSHHostKeyNotice: Sendable, Equatable {
     /// The key is unknown; shown before the question (or alone when no one can be asked).
     case unknown(SSHUnknownHostKey)
     /// The key was appended to known_hosts under `entryName`.
     case added(entryName: String, key: SSHHostKey)
-    /// The key differs from the one known_hosts names: OpenSSH's
-    /// `REMOTE HOST IDENTIFICATION HAS CHANGED!` warning. The connection is refused.
-    case changed(key: SSHHostKey, knownHostsPath: String)
+    /// The key differs from the ones known_hosts names for the host, whatever their type:
+    /// OpenSSH's `REMOTE HOST IDENTIFICATION HAS CHANGED!` warning. The connection is refused.
+    case changed(SSHChangedHostKey)
+    /// known_hosts marks the key `@revoked` for the host: OpenSSH's `REVOKED HOST KEY
+    /// DETECTED!` warning. The connection is refused.
+    case revoked(entryName: String, key: SSHHostKey)
     /// The key is unknown and strict checking refuses it.
     case unknownRefused(SSHUnknownHostKey)
 
     /// The notice in OpenSSH's words (one or more lines, no final newline).
     public var text: String {
+        let rule = "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@"
         switch self {
         case .unknown(let question):
             return question.text
         case .added(let name, let key):
             return "Warning: Permanently added '\(name)' (\(key.displayType)) to the list of known hosts."
-        case .changed(let key, let path):
-            return """
-            @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
-            @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
-            @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
-            IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
-            Someone could be eavesdropping on you right now (man-in-the-middle attack)!
-            It is also possible that a host key has just been changed.
-            The fingerprint for the \(key.displayType) key sent by the remote host is
-            \(key.fingerprint).
-            Please contact your system administrator.
-            Add correct host key in \(path) to get rid of this message.
-            """
+        case .changed(let changed):
+            let path = changed.knownHostsPath
+            var lines = [
+                rule,
+                "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @",
+                rule,
+                "IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!",
+                "Someone could be eavesdropping on you right now (man-in-the-middle attack)!",
+                "It is also possible that a host key has just been changed.",
+                "The fingerprint for the \(changed.key.displayType) key sent by the remote host is",
+                "\(changed.key.fingerprint).",
+                "Please contact your system administrator.",
+                "Add correct host key in \(path) to get rid of this message.",
+            ]
+            for entry in changed.known {
+                lines.append("Offending \(entry.key.displayType) key in \(path):\(entry.line)")
+            }
+            lines.append("  remove with:")
+            lines.append("  ssh-keygen -f \"\(path)\" -R \"\(changed.entryName)\"")
+            lines.append("Host key for \(changed.entryName) has changed and you have requested strict checking.")
+            return lines.joined(separator: "\n")
+        case .revoked(let name, let key):
+            return [
+                rule,
+                "@       WARNING: REVOKED HOST KEY DETECTED!               @",
+                rule,
+                "The \(key.displayType) host key for \(name) is marked as revoked.",
+                "This could mean that a stolen key is being used to",
+                "impersonate this host.",
+                "\(key.displayType) host key for \(name) was revoked and you have requested strict checking.",
+            ].joined(separator: "\n")
         case .unknownRefused(let question):
             return "No \(question.key.displayType) host key is known for \(question.entryName) and you have requested strict checking."
         }

@@ -33,11 +33,12 @@ final class SSHDFixture: @unchecked Sendable {
 
     private let process: ManagedProcess
 
-    /// Starts sshd and waits (bounded) until it accepts connections.
+    /// Starts sshd and waits (bounded) until it accepts connections. Its one host key is of
+    /// `hostKeyType` (ssh-keygen's `-t`).
     ///
     /// With `trustedUserCA` (an OpenSSH public key line), sshd trusts user certificates that CA
     /// signed (`TrustedUserCAKeys`) and nothing else for keys: no `authorized_keys` at all.
-    init(trustedUserCA: String? = nil) throws {
+    init(hostKeyType: String = "ed25519", trustedUserCA: String? = nil) throws {
         let sshdPath = which("sshd")
         try requireRealPart(sshdPath != nil, "OpenSSH server /usr/sbin/sshd (package openssh-server)")
         try requireRealPart(which("ssh") != nil, "OpenSSH client ssh (package openssh-client)")
@@ -56,8 +57,8 @@ final class SSHDFixture: @unchecked Sendable {
             // sshd reads authorized_keys as the logging-in user: that user
             // must be able to reach the file.
             try setMode(0o755, directory)
-            let hostKey = directory.appendingPathComponent("host_ed25519_key")
-            try generateKey(at: hostKey, comment: "cfat-sshd-host")
+            let hostKey = directory.appendingPathComponent("host_\(hostKeyType)_key")
+            try generateKey(at: hostKey, comment: "cfat-sshd-host", type: hostKeyType)
             let clientKey = directory.appendingPathComponent("client_ed25519_key")
             try generateKey(at: clientKey, comment: "cfat-key-client")
 
@@ -281,9 +282,9 @@ final class SSHDFixture: @unchecked Sendable {
     }
 }
 
-/// Generates an unencrypted ed25519 key pair at `url` and `url.pub`.
-private func generateKey(at url: URL, comment: String) throws {
-    let result = try run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", url.path], timeout: 30)
+/// Generates an unencrypted key pair of `type` (ed25519 by default) at `url` and `url.pub`.
+func generateKey(at url: URL, comment: String, type: String = "ed25519") throws {
+    let result = try run("ssh-keygen", ["-q", "-t", type, "-N", "", "-C", comment, "-f", url.path], timeout: 60)
     guard result.status == 0 else {
         throw FixtureError("ssh-keygen failed with status \(result.status): \(result.stderr)")
     }

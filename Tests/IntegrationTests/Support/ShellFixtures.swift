@@ -164,13 +164,15 @@ final class TmuxTerminal: @unchecked Sendable {
     }
 }
 
-/// A real ssh-agent on a private socket holding `key`.
+/// A real ssh-agent on a private socket holding `keys` (in that order).
 final class AgentFixture: @unchecked Sendable {
     let socket: String
     private let directory: URL
     private let process: ManagedProcess
 
-    init(key: URL) throws {
+    convenience init(key: URL) throws { try self.init(keys: [key]) }
+
+    init(keys: [URL]) throws {
         let agent = which("ssh-agent"), add = which("ssh-add")
         try requireRealPart(agent != nil && add != nil, "ssh-agent and ssh-add (package openssh-client)")
         directory = try makeTempDir("cfat-agent")
@@ -181,8 +183,10 @@ final class AgentFixture: @unchecked Sendable {
             guard Date() < deadline, process.isRunning else { throw FixtureError("ssh-agent did not start: \(process.stderrText)") }
             usleep(50_000)
         }
-        let added = try run(URL(fileURLWithPath: add!), [key.path], env: ["SSH_AUTH_SOCK": socket], timeout: 30)
-        guard added.status == 0 else { throw FixtureError("ssh-add failed: \(added.stderr)") }
+        for key in keys {
+            let added = try run(URL(fileURLWithPath: add!), [key.path], env: ["SSH_AUTH_SOCK": socket], timeout: 30)
+            guard added.status == 0 else { throw FixtureError("ssh-add failed: \(added.stderr)") }
+        }
     }
 
     deinit {
