@@ -128,7 +128,7 @@ struct ShellCommand: AsyncParsableCommand {
             guard noTerminal == false || terminalRequests == 0 else {
                 throw ConfigurationError("-T (no terminal) and -t (a terminal) contradict each other: give one")
             }
-            let given = try ShellTarget(destination: destination, login: loginName, port: port ?? 22, environment: environment)
+            let given = try ShellTarget(destination: destination, login: loginName, port: port, environment: environment)
             // ssh_config, as ssh reads it: the command line first, then the files.
             let userGiven = loginName != nil || destination.contains("@")
             // Host patterns match the host as typed, case and all (as in ssh).
@@ -136,7 +136,7 @@ struct ShellCommand: AsyncParsableCommand {
             do {
                 host = try SSHConfigResolver.standard(configFile: configFile, options: options, environment: environment)
                     .resolve(host: typed.lowercased() == given.host ? typed : given.host, user: userGiven ? given.user : nil,
-                             port: port)
+                             port: given.givenPort)
             } catch {
                 throw ConfigurationError("ssh_config: \(error.description)")
             }
@@ -335,6 +335,9 @@ struct ShellTarget: Sendable {
     let user: String
     let host: String
     let port: Int
+    /// The port the command line gave (`-p`, else the `ssh://` URL's), which wins over ssh_config's
+    /// `Port` as in ssh; nil when neither did.
+    let givenPort: Int?
 
     init(destination: String, login: String?, port: Int?, environment: [String: String]) throws(ConfigurationError) {
         var rest = destination
@@ -372,6 +375,7 @@ struct ShellTarget: Sendable {
             throw ConfigurationError("the destination's host \(host) is not a host name: give [user@]host, e.g. me@ssh.example.com")
         }
         host = origin.host
+        let portFlag = port
         let port = port ?? urlPort ?? 22
         guard (1...65535).contains(port) else {
             throw ConfigurationError("-p must be a port between 1 and 65535")
@@ -384,6 +388,7 @@ struct ShellTarget: Sendable {
         self.user = name
         self.host = host.lowercased()
         self.port = port
+        self.givenPort = portFlag ?? urlPort
     }
 
     /// The target ssh_config resolved to: `host` is its `HostName` (when `configured`, the
@@ -402,6 +407,7 @@ struct ShellTarget: Sendable {
         self.user = user
         self.host = host.lowercased()
         self.port = port
+        self.givenPort = port
     }
 
     /// `user@host:port`: the keyring's key and the prompts' account.

@@ -71,13 +71,26 @@ private func outcome(of task: Task<TunnelFailure?, Never>, within seconds: Doubl
 /// poll 20 s as Cloudflare's service holds it.
 @Suite("cancellation of connects and logins (real clock)", .serialized)
 struct CancellationTests {
-    /// The world with a login nobody completes until the test says so, and a login under way.
-    private func loginUnderWay(_ world: LoginWorld, _ presenter: RecordingPresenter) async throws {
-        try await eventually("the login URL is shown, its lock taken and a transfer poll held") {
-            guard !presenter.shown.isEmpty, FileManager.default.fileExists(atPath: world.appTokenFile.path + ".lock") else {
-                return false
+    /// The world with a login nobody completes until the test says so, and a login under way in
+    /// `task`. When the login does not get there, the failure says how far it got and how the
+    /// task ended.
+    private func loginUnderWay(_ world: LoginWorld, _ presenter: RecordingPresenter,
+                               _ task: Task<TunnelFailure?, Never>) async throws {
+        do {
+            try await eventually("the login URL is shown, its lock taken and a transfer poll held") {
+                guard !presenter.shown.isEmpty, FileManager.default.fileExists(atPath: world.appTokenFile.path + ".lock") else {
+                    return false
+                }
+                return try world.counter("transferPolls") >= 1
             }
-            return try world.counter("transferPolls") >= 1
+        } catch {
+            let shown = !presenter.shown.isEmpty
+            let locked = FileManager.default.fileExists(atPath: world.appTokenFile.path + ".lock")
+            let polls = (try? world.counter("transferPolls")) ?? -1
+            task.cancel()
+            let ended = await outcome(of: task, within: 30)
+            throw FixtureError("\(error) (URL shown: \(shown), lock: \(locked), transfer polls: \(polls); "
+                               + "the task then ended with \(String(describing: ended)))")
         }
     }
 
@@ -95,8 +108,7 @@ struct CancellationTests {
         let provider = try loginProvider(world, presenter: presenter)
         let tunnel = AccessTunnel(options: try tunnelOptions(world), logger: quiet)
         let connect = failureTask { try await tunnel.connect(hostname: testHost, method: .oauth(provider)) }
-        try await loginUnderWay(world, presenter)
-
+        try await loginUnderWay(world, presenter, connect)
         connect.cancel()
         let failure = await outcome(of: connect)
         #expect(failure?.kind == .loginCancelled, "\(String(describing: failure))")
@@ -113,7 +125,7 @@ struct CancellationTests {
         let provider = try loginProvider(world, presenter: presenter)
         let tunnel = AccessTunnel(options: try tunnelOptions(world), logger: quiet)
         let stream = failureTask { try await tunnel.openStream(hostname: testHost, method: .oauth(provider)) }
-        try await loginUnderWay(world, presenter)
+        try await loginUnderWay(world, presenter, stream)
 
         let disconnected = Task { await tunnel.disconnect() }
         let returned = OneShot<Void>()
@@ -133,7 +145,7 @@ struct CancellationTests {
         let provider = try loginProvider(world, presenter: presenter)
         let origin = try OriginURL.parse(testHost)
         let login = failureTask { try await provider.login(for: origin) }
-        try await loginUnderWay(world, presenter)
+        try await loginUnderWay(world, presenter, login)
 
         login.cancel()
         let failure = await outcome(of: login)
@@ -149,7 +161,7 @@ struct CancellationTests {
         let provider = try loginProvider(world, presenter: presenter)
         let origin = try OriginURL.parse(testHost)
         let first = failureTask { try await provider.appToken(for: origin, interactive: true) }
-        try await loginUnderWay(world, presenter)
+        try await loginUnderWay(world, presenter, first)
         let second = Task { () -> Result<String, TunnelFailure> in
             do throws(TunnelFailure) {
                 return .success(try await provider.appToken(for: origin, interactive: true))

@@ -109,7 +109,8 @@ struct ShellTrustTests {
                                          "127.0.0.1:\(world.edge.port)", "--ca-file", world.edge.certs.caFile.path] + key + ["--", "echo", "url"])
             #expect(url.status == 0, "\(url.stderr)")
             #expect(url.stdout == "url\n")
-            #expect(try String(contentsOf: world.knownHostsFile, encoding: .utf8).contains("\(entry) \(world.sshd.hostKeyPublicLine)\n"))
+            let known = try String(contentsOf: world.knownHostsFile, encoding: .utf8)
+            #expect(known.contains("\(entry) \(world.sshd.hostKeyPublicLine)\n"), "\(known)")
         }
         #expect(!(try String(contentsOf: world.knownHostsFile, encoding: .utf8)).contains(":22 "))
     }

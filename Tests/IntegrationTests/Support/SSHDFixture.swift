@@ -253,7 +253,7 @@ final class SSHDFixture: @unchecked Sendable {
         PrintMotd no
         PrintLastLog no
         X11Forwarding no
-        LoginGraceTime 30
+        LoginGraceTime 180
         MaxStartups 64:30:128
         AcceptEnv LANG LC_* CFAT_*
 
