@@ -1,5 +1,5 @@
 import AccessCore
-import Foundation
+import FoundationEssentials
 
 /// A server's public host key as sent in the handshake.
 public struct SSHHostKey: Sendable, Equatable {

@@ -1,4 +1,5 @@
-import Foundation
+import AccessCore
+import FoundationEssentials
 internal import CCFSSH2
 #if canImport(Glibc)
 import Glibc
@@ -73,7 +74,7 @@ public struct KnownHosts: Sendable {
     /// Appends `name key` for `host`:`port`, creating the file (0600) and its directory (0700)
     /// if needed. Existing lines are never rewritten.
     public func add(host: String, port: Int, key: SSHHostKey) throws(SSHFailure) {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.deletingLastComponent(path)
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
                 throw SSHFailure(.localIO, "cannot create \(directory): \(String(cString: strerror(errno)))")
