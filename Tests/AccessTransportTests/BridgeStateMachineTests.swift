@@ -176,7 +176,7 @@ struct BridgeStateMachineTests {
         #expect(machine.handle(.timer, now: 30 * Self.second) == [ping, .armTimer])
         let last = machine.handle(.timer, now: 40 * Self.second)
         #expect(last.contains(Self.close1001))
-        #expect(machine.end == .keepaliveTimeout(seconds: 30))
+        #expect(machine.end == .keepaliveTimeout(after: .seconds(30)))
         // A live edge answers: no close.
         var live = open()
         for tick in 1...5 {

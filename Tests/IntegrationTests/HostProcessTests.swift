@@ -66,11 +66,11 @@ struct HostProcessTests {
         let echo = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: edge.certs.caFile.path, connectTimeout: 60, retry: .never)
+                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
         let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
-        let fd = stream.fileDescriptor
+        let fd = stream.fileDescriptor.rawValue
         let caFile = edge.certs.caFile.path
         let port = edge.port
         let (first, page, second) = try await offPool { () throws -> (String, String, String) in
@@ -117,7 +117,7 @@ struct HostProcessTests {
         let echo = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: edge.certs.caFile.path, connectTimeout: 60, retry: .never)
+                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
         let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
