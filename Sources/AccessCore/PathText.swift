@@ -1,6 +1,5 @@
 /// File path text, as NSString's path methods did it before the shipped modules dropped
-/// Foundation (issue 18.3): repeated slashes are one, a trailing slash is dropped, no `~`
-/// expansion, no file system access.
+/// Foundation (issue 18.3): no `~` expansion, no file system access.
 package enum PathText {
     /// `path` with repeated slashes collapsed and without a trailing slash (except "/" itself).
     package static func normalized(_ path: String) -> String {
@@ -19,7 +18,8 @@ package enum PathText {
         return out
     }
 
-    /// The directory part: "/a/b/c" → "/a/b", "/a" → "/", "a" → "", "a/b/" → "a".
+    /// The directory part, with repeated slashes as one: "/a/b/c" → "/a/b", "/a" → "/",
+    /// "a/b/" → "a", "a" → "" (where Foundation's `deletingLastPathComponent` crashed).
     package static func deletingLastComponent(_ path: String) -> String {
         let clean = normalized(path)
         guard let slash = clean.lastIndex(of: "/") else { return "" }
@@ -27,9 +27,10 @@ package enum PathText {
         return String(clean[..<slash])
     }
 
-    /// `component` inside `directory`: "dir" + "f" → "dir/f", "dir/" + "f" → "dir/f",
-    /// "" + "f" → "f".
+    /// `component` inside `directory`, the rest left as written: "dir" + "f" → "dir/f",
+    /// "dir/" + "f" → "dir/f", "" + "f" → "f".
     package static func appending(_ component: String, to directory: String) -> String {
-        directory.isEmpty ? normalized(component) : normalized(directory + "/" + component)
+        if directory.isEmpty { return component }
+        return directory.hasSuffix("/") ? directory + component : directory + "/" + component
     }
 }
