@@ -455,8 +455,8 @@ final class Bridge {
         }
         let before = machine.end
         apply(.timer)
-        if before == nil, case .keepaliveTimeout(let seconds)? = machine.end {
-            logger.debug("connection \(id): the edge did not answer keepalive pings for \(seconds) s; closing the tunnel")
+        if before == nil, case .keepaliveTimeout(let silence)? = machine.end {
+            logger.debug("connection \(id): the edge did not answer keepalive pings for \(silence.components.seconds) s; closing the tunnel")
         }
         updateInterest()
         rearmTimer()

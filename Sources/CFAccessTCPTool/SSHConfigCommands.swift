@@ -32,7 +32,7 @@ struct SSHGenCommand: AsyncParsableCommand {
         do {
             origin = try OriginURL.parse(hostname)
         } catch {
-            throw usageFailure(error.message)
+            throw usageFailure(error.withFlags)
         }
         let provider = try makeProvider(flags: auth)
         do {
@@ -83,7 +83,7 @@ struct SSHConfigCommand: ParsableCommand {
             do {
                 host = try OriginURL.parse(hostname).host
             } catch {
-                throw usageFailure(error.message)
+                throw usageFailure(error.withFlags)
             }
         }
         // The flags after -- must be ones both `access ssh` and `access ssh-gen` take.

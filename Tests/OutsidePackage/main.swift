@@ -58,12 +58,13 @@ do {
 
     // CFAccessSSH: an SSH session over a tunnel with no port at all.
     let streamTunnel = AccessTunnel(options: options)
-    let ssh = try SSHSession(stream: try await streamTunnel.openStream(hostname: hostname, method: .serviceToken(token)))
-    let hostKey = try await ssh.handshake()
-    guard try KnownHosts(path: knownHosts).check(host: hostname, port: 22, key: hostKey) == .match else {
-        fail("the host key \(hostKey.fingerprint) is not in \(knownHosts)")
-    }
-    try await ssh.authenticate(user: user, privateKeyFile: keyFile)
+    // The host-key delegate is required: the library's known_hosts policy, strict.
+    let verifier = KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: knownHosts),
+                                                           host: hostname, checking: .strict))
+    let ssh = try SSHSession(stream: try await streamTunnel.openStream(hostname: hostname, method: .serviceToken(token)),
+                             configuration: .init(hostKeyDelegate: verifier))
+    try await ssh.handshake()
+    try await ssh.authenticate(user: user, offer: .privateKey(path: keyFile))
     let result = try await ssh.exec(arguments[6])
     FileHandle.standardOutput.write(result.standardOutput)
     await ssh.disconnect()
