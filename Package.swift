@@ -8,19 +8,23 @@ import PackageDescription
 /// newer compiler's new warning must not break someone else's build of this package.
 let strictSwift: [SwiftSetting] = []
 
-/// The Swift runtime and Foundation linked into the `cf-access-tcp` executable only (issue 5,
-/// idle memory): as shared libraries (libswiftCore, Foundation, FoundationEssentials, ICU, …)
-/// they cost ~5 MB more RSS before the first connection than the pages a static copy touches
+/// The Swift runtime and FoundationEssentials linked into the `cf-access-tcp` executable only
+/// (issue 5, idle memory): as shared libraries (libswiftCore, FoundationEssentials, …) they cost
+/// ~5 MB more RSS before the first connection than the pages a static copy touches
 /// (reference/perf.md, "Memory").
-/// `-static-stdlib` alone leaves Foundation's own dependencies unresolved (a static
-/// libFoundation.a names none of them), so they are listed here, and lld is used because it
-/// resolves archives whatever their order on the command line (gold does not).
+/// The shipped modules import FoundationEssentials, never Foundation (issue 18.3): full
+/// Foundation brought its internationalisation and ICU data, ~40 MB of a 60 MB stripped binary
+/// (reference/perf.md, "Binary size"). `-static-stdlib` alone leaves FoundationEssentials' own
+/// dependencies unresolved (its static archive names none of them), so they are listed here;
+/// Foundation's other archives (FoundationInternationalization, CoreFoundation, _FoundationICU)
+/// are not, so a module that imports Foundation again fails this link instead of quietly making
+/// the tool four times bigger. lld resolves archives whatever their order on the command line
+/// (gold does not).
 /// Unsafe flags are allowed here: SwiftPM checks only the targets of the library products a
 /// dependent package uses, and no library product contains the executable's target.
 let staticSwiftRuntime: [LinkerSetting] = [.unsafeFlags([
     "-static-stdlib", "-use-ld=lld",
-    "-lFoundationEssentials", "-lFoundationInternationalization", "-lCoreFoundation",
-    "-l_FoundationICU", "-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization",
+    "-lFoundationEssentials", "-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization",
 ], .when(platforms: [.linux]))]
 
 let package = Package(
@@ -92,7 +96,7 @@ let package = Package(
                                .product(name: "Logging", package: "swift-log"),
                                .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
-        // The tool carries its own Swift runtime and Foundation (see `staticSwiftRuntime`).
+        // The tool carries its own Swift runtime and FoundationEssentials (see `staticSwiftRuntime`).
         // Writes the git commit into the tool for `--version` (BuildInfo.swift, before each build).
         .plugin(name: "BuildInfo", capability: .buildTool(), path: "Plugins/BuildInfo"),
         .executableTarget(name: "CFAccessTCPTool",

@@ -148,3 +148,25 @@ enum Display {
         return String(out)
     }
 }
+
+extension StringProtocol {
+    /// Without leading and trailing white space and line breaks: the Unicode White_Space
+    /// scalars, the set Foundation's `trimmingCharacters(in: .whitespacesAndNewlines)` removes.
+    package var trimmingWhitespaceAndNewlines: String {
+        trimmingScalars { $0.properties.isWhitespace }
+    }
+
+    /// Without leading and trailing horizontal white space: tab and the space separators
+    /// (Unicode category Zs), the set Foundation's `trimmingCharacters(in: .whitespaces)` removes.
+    package var trimmingHorizontalWhitespace: String {
+        trimmingScalars { $0 == "\t" || $0.properties.generalCategory == .spaceSeparator }
+    }
+
+    /// Without the leading and trailing scalars that match `predicate`.
+    private func trimmingScalars(_ predicate: (Unicode.Scalar) -> Bool) -> String {
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !predicate($0) }),
+              let last = scalars.lastIndex(where: { !predicate($0) }) else { return "" }
+        return String(scalars: scalars[first...last])
+    }
+}

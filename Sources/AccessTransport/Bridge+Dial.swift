@@ -1,7 +1,7 @@
 internal import CCFOpenSSL
 internal import CCFShim
 import AccessCore
-import Foundation
+import FoundationEssentials
 import Logging
 #if canImport(Glibc)
 import Glibc

@@ -5,7 +5,8 @@ internal import CCFOpenSSL
 import Glibc
 #endif
 import AccessCore
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Logging
 
 /// The libwebsockets event loop that carries every bridged connection of one configuration.
@@ -46,7 +47,7 @@ package final class CarrierLoop: @unchecked Sendable {
 
     /// Guarded by `contextLock` for the threads that wake the loop; the service thread destroys it.
     private var context: OpaquePointer?
-    private let contextLock = NSLock()
+    private let contextLock = PThreadMutex()
     private(set) var vhost: OpaquePointer?
     /// The TLS client context of every connection of this loop (CA, resumption, verify policy).
     private(set) var tls: TLSClientContext!
@@ -168,17 +169,14 @@ package final class CarrierLoop: @unchecked Sendable {
         timerFD = timer
         watch(fd: timer, tag: Self.timerTag, events: EPOLLIN.rawValue)
 
-        let thread = Thread { [self] in
+        threadStarted.withLock { $0 = true }
+        PThread.start(name: "cfat carrier", stackSize: 1 << 20) { [self] in
             // A write to a socket whose peer is gone raises SIGPIPE in the writing thread. OpenSSL
             // writes without MSG_NOSIGNAL, so this thread blocks the signal (the write then fails
             // with EPIPE) instead of the library changing the process's disposition.
             HostProcess.blockSIGPIPEInThisThread()
             self.serviceLoop()
         }
-        thread.name = "cf-access-tcp carrier"
-        thread.stackSize = 1 << 20
-        threadStarted.withLock { $0 = true }
-        thread.start()
     }
 
     private func serviceLoop() {

@@ -38,4 +38,27 @@ package enum FileDescriptors {
     package static func close(_ fd: Int32) {
         _ = Glibc.close(fd)
     }
+
+    /// Writes all of `text` to `fd` (standard output or error: what FileHandle's `write` did),
+    /// again after a short write or EINTR; stops quietly at any other error (a closed pipe),
+    /// where FileHandle stopped the process. Returns whether every byte was written.
+    @discardableResult
+    package static func writeAll(_ fd: Int32, _ text: String) -> Bool {
+        writeAll(fd, Array(text.utf8))
+    }
+
+    /// Writes all of `bytes` to `fd`, as `writeAll(_:_:)` for text.
+    @discardableResult
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let n = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import AccessCore
-import Foundation
+import Dispatch
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -73,7 +74,7 @@ package final class LoopbackListener: @unchecked Sendable {
     /// Accepts on a dedicated thread until `close()`, handing each connected socket to `onAccept`
     /// (which then owns it).
     package func startAccepting(_ onAccept: @escaping @Sendable (Int32) -> Void) {
-        let thread = Thread { [self] in
+        PThread.start(name: "cfat accept") { [self] in
             while !closed.withLock({ $0 }) {
                 let client = accept(fd, nil, nil)
                 if client < 0 {
@@ -92,8 +93,6 @@ package final class LoopbackListener: @unchecked Sendable {
             }
             stopped.signal()
         }
-        thread.name = "cf-access-tcp accept"
-        thread.start()
     }
 
     /// Stops accepting and closes the listening socket (the port is free again when this returns).

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,7 +21,7 @@ package enum StdioBridge {
     /// shut down: the tunnel then closes once the edge has answered (or its linger passed).
     package static func pump(socket: Int32, input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO,
                             onOutputFinished: @escaping @Sendable (Outcome) -> Void) {
-        let inbound = Thread {
+        let inbound: @Sendable () -> Void = {
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
             while true {
                 let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
@@ -31,8 +31,7 @@ package enum StdioBridge {
             }
             _ = shutdown(socket, Int32(SHUT_WR))
         }
-        inbound.name = "cf-access-tcp stdin"
-        let outbound = Thread {
+        let outbound: @Sendable () -> Void = {
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
             var outcome = Outcome.ended
             while true {
@@ -47,9 +46,8 @@ package enum StdioBridge {
             }
             onOutputFinished(outcome)
         }
-        outbound.name = "cf-access-tcp stdout"
-        inbound.start()
-        outbound.start()
+        PThread.start(name: "cfat stdin", inbound)
+        PThread.start(name: "cfat stdout", outbound)
     }
 
     /// Writes `count` bytes; returns the errno of a failed write, nil when all were written.

@@ -1,11 +1,9 @@
-import Foundation
-
 // The package's one lock and one one-shot signal (issue 13.4): every module of ours uses these
 // rather than a lock or continuation dance of its own.
 
 /// A value guarded by a lock.
 package final class LockedBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = PThreadMutex()
     private var value: Value
 
     /// Wraps `value`.

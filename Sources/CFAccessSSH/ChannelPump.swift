@@ -1,5 +1,5 @@
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import SystemPackage
 internal import CCFSSH2
 #if canImport(Glibc)

@@ -1,7 +1,7 @@
 import AccessCore
 import AccessTransport
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
 import SystemPackage
 internal import CCFSSH2
 #if canImport(Glibc)

@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 
 /// A server's public host key as sent in the handshake.
 public struct SSHHostKey: Sendable, Equatable {

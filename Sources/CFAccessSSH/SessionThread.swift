@@ -1,17 +1,16 @@
 import AccessTransport
-import Foundation
+import Dispatch
+import FoundationEssentials
 
 /// The one thread an SSH session lives on. libssh2 is not thread-safe per session, so every
 /// call on a session runs here, one after another, in the order submitted.
 final class SessionThread: @unchecked Sendable {
-    private let condition = NSCondition()
+    private let condition = PThreadCondition()
     private var jobs: [() -> Void] = []
     private var stopping = false
 
     init(name: String) {
-        let thread = Thread { [self] in loop() }
-        thread.name = name
-        thread.start()
+        PThread.start(name: name) { [self] in loop() }
     }
 
     /// Runs `job` on the thread after the jobs already submitted. After `stop()` the job is

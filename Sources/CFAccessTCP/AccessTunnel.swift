@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// A tunnel to one Access-protected host, for apps that embed it: connect (a local port) or

@@ -1,6 +1,7 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Logging
 
 /// The libwebsockets transport.

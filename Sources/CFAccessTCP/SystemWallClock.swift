@@ -1,5 +1,5 @@
 import AccessCore
-import Foundation
+import FoundationEssentials
 
 /// The real clock: `Date()` and `Task.sleep`.
 public struct SystemWallClock: WallClock {

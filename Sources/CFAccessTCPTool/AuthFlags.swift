@@ -1,7 +1,8 @@
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The login flags the tunnel and the login subcommands share.
 struct LoginFlags: ParsableArguments {

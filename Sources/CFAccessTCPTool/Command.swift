@@ -2,7 +2,9 @@ import AccessCore
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Logging
 
 /// `cf-access-tcp`: reach a TCP service (SSH above all) protected by Cloudflare Access.
@@ -284,5 +286,5 @@ func handleInterrupts(_ handler: @escaping @Sendable (Int32) -> Void) -> [Dispat
 
 /// Writes one line to stderr, unbuffered.
 func writeStderr(_ line: String) {
-    FileHandle.standardError.write(Data((line + "\n").utf8))
+    FileDescriptors.writeAll(STDERR_FILENO, line + "\n")
 }

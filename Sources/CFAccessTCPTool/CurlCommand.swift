@@ -1,7 +1,8 @@
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `cf-access-tcp access curl URL [curl args…]`: curl with the application's token
 /// (cloudflared's `access curl`).

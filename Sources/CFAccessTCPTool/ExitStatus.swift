@@ -1,7 +1,8 @@
 import ArgumentParser
 import CFAccessSSH
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The process exit statuses of `cf-access-tcp`, one per way a run can end (README, "Exit
 /// status"). The numbers follow BSD's sysexits.h where one fits, so they stay clear of the

@@ -1,6 +1,8 @@
+import AccessCore
 import AccessTransport
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 
 /// Bootstraps swift-log for the executable: one line per record to stderr or to a 0600 file.
@@ -35,7 +37,7 @@ struct LoggingSetup {
         ToolProcess.prepare()
         let level = try Self.level(raw)
         if file == nil, let directory { try Self.makeLogDirectory(directory) }
-        let path = file ?? directory.map { ($0 as NSString).appendingPathComponent("cf-access-tcp.log") }
+        let path = file ?? directory.map { PathText.appending("cf-access-tcp.log", to: $0) }
         let sink: LineSink
         if let path {
             sink = LineSink(fd: try Self.openLogFile(path))
@@ -149,7 +151,7 @@ struct LineLogHandler: LogHandler {
         case .error: tag = "ERR"
         case .critical: tag = "CRT"
         }
-        var line = "\(ISO8601DateFormatter().string(from: Date())) \(tag) \(event.message)"
+        var line = "\(Date.ISO8601FormatStyle().format(Date())) \(tag) \(event.message)"
         let merged = metadata.merging(event.metadata ?? [:]) { $1 }
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
             line += " \(key)=\(value)"

@@ -1,7 +1,8 @@
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `cf-access-tcp login <url>`: log in to an Access application and cache its token.
 struct LoginCommand: AsyncParsableCommand {
@@ -79,7 +80,7 @@ enum LoginOutput: Equatable {
 
 /// Writes `text` to stdout as it is, unbuffered.
 func writeStdout(_ text: String) {
-    FileHandle.standardOutput.write(Data(text.utf8))
+    FileDescriptors.writeAll(STDOUT_FILENO, text)
 }
 
 /// `cf-access-tcp token <url>`: print the cached token of an application.
@@ -112,7 +113,7 @@ struct TokenCommand: AsyncParsableCommand {
             writeStderr("cf-access-tcp: no valid cached token for \(origin.host): run `cf-access-tcp login \(origin.host)`")
             throw ExitStatus(TunnelFailure.loginRequired(host: origin.host)).code
         }
-        FileHandle.standardOutput.write(Data((token + "\n").utf8))
+        FileDescriptors.writeAll(STDOUT_FILENO, token + "\n")
     }
 }
 

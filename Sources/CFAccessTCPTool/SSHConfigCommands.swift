@@ -1,7 +1,8 @@
 import AccessTransport
 import ArgumentParser
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `cf-access-tcp ssh-gen --hostname H`: make or renew the short-lived SSH certificate of an
 /// Access host (cloudflared's `access ssh-gen`), for ssh's `Match exec`.
@@ -147,14 +148,14 @@ enum SSHConfigText {
     /// The words as one shell command for ProxyCommand or Match exec: a word with a shell
     /// character is single-quoted, and a `%` that is not our `%h` becomes `%%` for ssh.
     static func command(_ words: [String]) -> String {
-        words.map { word in word == "%h" ? word : shellQuoted(word).replacingOccurrences(of: "%", with: "%%") }
+        words.map { word in word == "%h" ? word : shellQuoted(word).replacing("%", with: "%%") }
             .joined(separator: " ")
     }
 
     /// A path for IdentityFile or CertificateFile: `%` tokens other than `%h` escaped, in
     /// double quotes when it holds white space.
     static func path(_ path: String) -> String {
-        let escaped = path.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "%%h", with: "%h")
+        let escaped = path.replacing("%", with: "%%").replacing("%%h", with: "%h")
         return escaped.contains(where: { $0 == " " || $0 == "\t" }) ? "\"" + escaped + "\"" : escaped
     }
 
@@ -165,6 +166,6 @@ enum SSHConfigText {
             scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "/._-+,:@%=".unicodeScalars.contains(scalar)
         }
         if safe { return word }
-        return "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        return "'" + word.replacing("'", with: "'\\''") + "'"
     }
 }

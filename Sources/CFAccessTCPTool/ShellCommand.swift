@@ -3,7 +3,7 @@ import AccessTransport
 import ArgumentParser
 import CFAccessSSH
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
 import Logging
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import AccessTransport
 import CFAccessSSH
-import Foundation
+import Dispatch
+import FoundationEssentials
 
 /// The shell's questions and notices: the library's prompt protocols answered on the controlling
 /// terminal (`/dev/tty`, never stdin or stdout, which may carry a command's data); notices go to
@@ -79,7 +80,7 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
 
     func confirmSavingPassword(for account: SSHAccount) async -> Bool {
         let answer = await ask("Save password for future connections? [y/N] ", echo: true)?
-            .trimmingCharacters(in: .whitespaces).lowercased()
+            .trimmingHorizontalWhitespace.lowercased()
         return answer == "y" || answer == "yes"
     }
 

@@ -2,7 +2,8 @@ import AccessCore
 import AccessTransport
 import CFAccessSSH
 import CFAccessTCP
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Logging
 import SystemPackage
 #if canImport(Glibc)

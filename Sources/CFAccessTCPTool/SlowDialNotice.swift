@@ -1,5 +1,5 @@
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Says "Connecting to H…" (info level, so on stderr or in the log file) once a dial has gone on

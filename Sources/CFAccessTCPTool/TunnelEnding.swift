@@ -1,6 +1,6 @@
 import AccessTransport
 import CFAccessTCP
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Reports a failure as one plain line on stderr and, when a log file is in use, in it too.

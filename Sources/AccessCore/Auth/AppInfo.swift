@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The Access application behind an origin, from its verified metadata JWT (PROTOCOL.md §2).
 public struct AppInfo: Sendable, Equatable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Base64 in the two alphabets Access uses (RFC 4648 §4 standard, §5 URL-safe), with or
 /// without `=` padding.

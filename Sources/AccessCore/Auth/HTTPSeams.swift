@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One HTTP request of the login flows. Never prints header or cookie values, nor the body.
 package struct HTTPRequest: Sendable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One RSA public key of a JWKS (RFC 7517): its `kid` and big-endian modulus and exponent.
 package struct RSAPublicJWK: Sendable, Equatable {
@@ -25,16 +25,15 @@ package struct JWKS: Sendable, Equatable {
     /// Parses `{"keys":[{"kid":…,"kty":"RSA","n":…,"e":…},…]}`. Keys of another `kty`,
     /// or without `kid`/`n`/`e`, are skipped; a body that is not such an object is refused.
     package static func parse(_ bytes: [UInt8]) throws(JWTFormatError) -> JWKS {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
-              let rawKeys = object["keys"] as? [Any] else {
+        guard let object = JSONValue.object(bytes), let rawKeys = object["keys"]?.arrayValue else {
             throw JWTFormatError("the key set is not a JSON object with a \"keys\" array")
         }
         var keys: [RSAPublicJWK] = []
-        for case let key as [String: Any] in rawKeys {
-            guard (key["kty"] as? String) == "RSA",
-                  let kid = key["kid"] as? String,
-                  let n = (key["n"] as? String).flatMap({ Base64.decode($0, alphabet: .url) }),
-                  let e = (key["e"] as? String).flatMap({ Base64.decode($0, alphabet: .url) }),
+        for case .object(let key) in rawKeys {
+            guard key["kty"]?.stringValue == "RSA",
+                  let kid = key["kid"]?.stringValue,
+                  let n = key["n"]?.stringValue.flatMap({ Base64.decode($0, alphabet: .url) }),
+                  let e = key["e"]?.stringValue.flatMap({ Base64.decode($0, alphabet: .url) }),
                   !n.isEmpty, !e.isEmpty else { continue }
             keys.append(RSAPublicJWK(keyID: kid, modulus: n, exponent: e))
         }

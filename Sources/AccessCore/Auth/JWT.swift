@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Why a compact JWT could not be read. The reason names the problem, never the token.
 package struct JWTFormatError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -73,10 +73,10 @@ package struct JWT: Sendable, CustomStringConvertible, CustomDebugStringConverti
         }
         guard let header = jsonObject(headerBytes) else { throw JWTFormatError("its header is not a JSON object") }
         guard let payload = jsonObject(payloadBytes) else { throw JWTFormatError("its payload is not a JSON object") }
-        guard let algorithm = header["alg"] as? String else { throw JWTFormatError("its header has no \"alg\"") }
+        guard let algorithm = header["alg"]?.stringValue else { throw JWTFormatError("its header has no \"alg\"") }
         var keyID: String?
         if let raw = header["kid"] {
-            guard let kid = raw as? String else { throw JWTFormatError("its header \"kid\" is not a string") }
+            guard let kid = raw.stringValue else { throw JWTFormatError("its header \"kid\" is not a string") }
             keyID = kid
         }
         let claims = try parseClaims(payload)
@@ -84,21 +84,21 @@ package struct JWT: Sendable, CustomStringConvertible, CustomDebugStringConverti
                    signingInput: Array((parts[0] + "." + parts[1]).utf8), signature: signature)
     }
 
-    private static func jsonObject(_ bytes: [UInt8]) -> [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any]
+    private static func jsonObject(_ bytes: [UInt8]) -> [String: JSONValue]? {
+        JSONValue.object(bytes)
     }
 
-    private static func parseClaims(_ payload: [String: Any]) throws(JWTFormatError) -> JWTClaims {
+    private static func parseClaims(_ payload: [String: JSONValue]) throws(JWTFormatError) -> JWTClaims {
         var claims = JWTClaims()
         switch payload["aud"] {
         case nil:
             break
-        case let single as String:
+        case .string(let single):
             claims.audience = [single]
-        case let many as [Any]:
+        case .array(let many):
             var values: [String] = []
             for item in many {
-                guard let value = item as? String else { throw JWTFormatError("its \"aud\" array holds a non-string") }
+                guard let value = item.stringValue else { throw JWTFormatError("its \"aud\" array holds a non-string") }
                 values.append(value)
             }
             claims.audience = values
@@ -115,25 +115,19 @@ package struct JWT: Sendable, CustomStringConvertible, CustomDebugStringConverti
         return claims
     }
 
-    private static func date(_ payload: [String: Any], _ name: String) throws(JWTFormatError) -> Date? {
+    private static func date(_ payload: [String: JSONValue], _ name: String) throws(JWTFormatError) -> Date? {
         guard let raw = payload[name] else { return nil }
-        // JSONSerialization gives NSNumber; a JSON boolean is an NSNumber too: refuse it.
-        guard let number = raw as? NSNumber, !isBoolean(number) else {
+        // A JSON boolean is not a number (`doubleValue` is nil for it): refuse it.
+        guard let seconds = raw.doubleValue else {
             throw JWTFormatError("its \"\(name)\" is not a number")
         }
-        let seconds = number.doubleValue
         guard seconds.isFinite else { throw JWTFormatError("its \"\(name)\" is not a finite number") }
         return Date(timeIntervalSince1970: seconds)
     }
 
-    private static func string(_ payload: [String: Any], _ name: String) throws(JWTFormatError) -> String? {
+    private static func string(_ payload: [String: JSONValue], _ name: String) throws(JWTFormatError) -> String? {
         guard let raw = payload[name] else { return nil }
-        guard let value = raw as? String else { throw JWTFormatError("its \"\(name)\" is not a string") }
+        guard let value = raw.stringValue else { throw JWTFormatError("its \"\(name)\" is not a string") }
         return value
     }
-}
-
-/// Whether an NSNumber came from JSON `true`/`false`: those have the C type `char` ("c").
-private func isBoolean(_ number: NSNumber) -> Bool {
-    String(cString: number.objCType) == "c"
 }

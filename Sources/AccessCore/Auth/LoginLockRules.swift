@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The content of a `<token path>.lock` file: `{"pid":…,"start_time":…}` (PROTOCOL.md §3).
 package struct LoginLockRecord: Sendable, Equatable {
@@ -18,10 +18,10 @@ package struct LoginLockRecord: Sendable, Equatable {
 
     /// Parses the JSON written by `json` (or cloudflared); nil for anything else.
     package static func parse(_ bytes: [UInt8]) -> LoginLockRecord? {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
-              let pid = object["pid"] as? NSNumber, let start = object["start_time"] as? NSNumber,
-              pid.int64Value > 0, pid.int64Value <= Int64(Int32.max), start.int64Value > 0 else { return nil }
-        return LoginLockRecord(pid: Int32(pid.int64Value), startTimeMilliseconds: start.int64Value)
+        guard let object = JSONValue.object(bytes),
+              let pid = object["pid"]?.int64Value, let start = object["start_time"]?.int64Value,
+              pid > 0, pid <= Int64(Int32.max), start > 0 else { return nil }
+        return LoginLockRecord(pid: Int32(pid), startTimeMilliseconds: start)
     }
 }
 

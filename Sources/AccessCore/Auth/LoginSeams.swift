@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 // The seams of the login flow a library user may replace (an app's own token store, browser or
 // clock): public, and named in CFAccessTCP's vocabulary.

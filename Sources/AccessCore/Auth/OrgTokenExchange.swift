@@ -35,7 +35,7 @@ struct SplitURL: Equatable {
     var query: String
 
     init?(_ text: String) {
-        guard let schemeEnd = text.range(of: "://") else { return nil }
+        guard let schemeEnd = text.firstRange(of: "://") else { return nil }
         scheme = String(text[..<schemeEnd.lowerBound]).asciiLowercased
         guard scheme == "https" || scheme == "http" else { return nil }
         var rest = Substring(text[schemeEnd.upperBound...])

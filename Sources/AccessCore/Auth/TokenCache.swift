@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The names of cloudflared's cache files in `~/.cloudflared/` (PROTOCOL.md §3), so that a
 /// token one client saved is found by the other.
@@ -64,7 +64,7 @@ package enum CachedTokenProblem: Error, Sendable, Equatable, CustomStringConvert
         switch self {
         case .malformed(let reason): return "it is not a valid token (\(reason))"
         case .noExpiry: return "it has no expiry time (exp)"
-        case .expired(let date): return "it expired at \(ISO8601DateFormatter().string(from: date))"
+        case .expired(let date): return "it expired at \(Date.ISO8601FormatStyle().format(date))"
         case .foreignAudience: return "it belongs to another application (aud)"
         }
     }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What one answer of the transfer service means (PROTOCOL.md §3 step 4).
 package enum TransferPollOutcome: Sendable, Equatable {
@@ -67,9 +67,9 @@ package enum TransferRules {
 
     /// Parses the opened JSON `{"app_token": "...", "org_token": "..."}`; `app_token` is required.
     package static func tokens(fromOpened bytes: [UInt8]) -> Tokens? {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) as? [String: Any],
-              let app = object["app_token"] as? String, !app.trimmingWhitespace.isEmpty else { return nil }
-        let org = (object["org_token"] as? String) ?? ""
+        guard let object = JSONValue.object(bytes),
+              let app = object["app_token"]?.stringValue, !app.trimmingWhitespace.isEmpty else { return nil }
+        let org = object["org_token"]?.stringValue ?? ""
         return Tokens(appToken: app.trimmingWhitespace, orgToken: org.trimmingWhitespace)
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Why an OpenSSH public key or certificate line could not be read. Never shows the line.
 package struct OpenSSHFormatError: Error, Sendable, Equatable, CustomStringConvertible {

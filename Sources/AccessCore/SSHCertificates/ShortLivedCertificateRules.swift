@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The rules of Access short-lived SSH certificates (PROTOCOL.md §4, `cloudflared access
 /// ssh-gen`): file names, when to ask for a new certificate, and the `cert_sign` exchange.
@@ -13,7 +13,7 @@ package enum ShortLivedCertificateRules {
     /// in `~/.cloudflared/` (the path "/" of a bare hostname counts as none).
     package static func keyFileName(for origin: OriginURL) -> String {
         let path = origin.path == "/" ? "" : origin.path
-        return (origin.host + path + "-cf_key").replacingOccurrences(of: "/", with: "-")
+        return (origin.host + path + "-cf_key").replacing("/", with: "-")
     }
 
     /// The public key beside the private one.
@@ -94,8 +94,11 @@ package enum ShortLivedCertificateRules {
     /// The JSON body of `POST …/cdn-cgi/access/cert_sign`: `{"public_key","jwt","issuer"}`.
     package static func signRequestBody(publicKeyLine: String, token: String, issuer: String) -> [UInt8] {
         let object = ["public_key": publicKeyLine, "jwt": token, "issuer": issuer]
-        // Only strings: serialisation cannot fail.
-        return Array((try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data())
+        // Only strings: encoding cannot fail. Sorted keys and escaped slashes, as
+        // JSONSerialization wrote it.
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return Array((try? encoder.encode(object)) ?? Data())
     }
 
     /// What the signing service answered.
@@ -108,18 +111,18 @@ package enum ShortLivedCertificateRules {
 
     /// Reads the answer of `cert_sign`: HTTP status and body.
     package static func signAnswer(status: Int, body: [UInt8]) -> SignAnswer {
-        let object = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+        let object = JSONValue.object(body)
         if status == 200 {
-            guard let certificate = object?["certificate"] as? String, !certificate.isEmpty else {
+            guard let certificate = object?["certificate"]?.stringValue, !certificate.isEmpty else {
                 return .refused(status: status, message: "the answer holds no certificate")
             }
             return .certificate(certificate.trimmingWhitespace)
         }
-        var message = (object?["message"] as? String).map { Display.oneLine($0) } ?? ""
+        var message = object?["message"]?.stringValue.map { Display.oneLine($0) } ?? ""
         if message.isEmpty {
             message = body.isEmpty ? "no message" : Display.oneLine(String(decoding: body.prefix(200), as: UTF8.self))
         }
-        let code = (object?["status"] as? Int) ?? status
+        let code = object?["status"]?.exactInt ?? status
         return .refused(status: code, message: Redaction.scrub(String(message.prefix(300))))
     }
 }

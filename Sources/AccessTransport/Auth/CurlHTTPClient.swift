@@ -1,7 +1,7 @@
 internal import CCFCurl
 internal import CCFShim
 import AccessCore
-import Foundation
+import FoundationEssentials
 
 extension ConnectOverride {
     /// `HOST:PORT:CONNECT-HOST:CONNECT-PORT`, an IPv6 address in brackets.
@@ -52,11 +52,9 @@ package struct CurlHTTPClient: HTTPClient {
         let cancelled = LockedBox(false)
         let result: Result<HTTPResponse, TunnelFailure> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let thread = Thread { [self] in
+                PThread.start(name: "cfat curl") { [self] in
                     continuation.resume(returning: perform(request, cancelled: cancelled))
                 }
-                thread.name = "cf-access-tcp curl"
-                thread.start()
             }
         } onCancel: {
             cancelled.withLock { $0 = true }
@@ -237,15 +235,15 @@ private final class ResponseSink {
 
     func appendHeaderLine(_ bytes: UnsafeRawBufferPointer) {
         // "\r\n" is one Character in Swift: trim by scalars, not with hasSuffix("\n").
-        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let line = String(decoding: bytes, as: UTF8.self).trimmingWhitespaceAndNewlines
         if line.hasPrefix("HTTP/") {
             // A new status line (after 100 Continue or a proxy's CONNECT): start over.
             headers = []
             return
         }
         guard let colon = line.firstIndex(of: ":") else { return }
-        let name = String(line[..<colon]).trimmingCharacters(in: .whitespaces)
-        let value = String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+        let name = String(line[..<colon]).trimmingHorizontalWhitespace
+        let value = String(line[line.index(after: colon)...]).trimmingHorizontalWhitespace
         guard !name.isEmpty else { return }
         headers.append((name, value))
     }

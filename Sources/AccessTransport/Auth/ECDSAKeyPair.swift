@@ -1,6 +1,6 @@
 internal import CCFOpenSSL
 import AccessCore
-import Foundation
+import FoundationEssentials
 
 /// An ECDSA P-256 key pair for Access short-lived SSH certificates (PROTOCOL.md §4), made and
 /// read with OpenSSL 3. The private key is kept as the PEM text OpenSSH reads (`-----BEGIN EC

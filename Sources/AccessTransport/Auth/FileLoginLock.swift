@@ -1,5 +1,5 @@
 import AccessCore
-import Foundation
+import FoundationEssentials
 import Logging
 #if canImport(Glibc)
 import Glibc

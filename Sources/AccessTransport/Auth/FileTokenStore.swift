@@ -1,5 +1,5 @@
 import AccessCore
-import Foundation
+import FoundationEssentials
 import Logging
 #if canImport(Glibc)
 import Glibc
@@ -70,7 +70,7 @@ package struct FileTokenStore: TokenStore {
             total += n
         }
         let modified = Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9)
-        let text = String(decoding: bytes[..<total], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let text = String(decoding: bytes[..<total], as: UTF8.self).trimmingWhitespaceAndNewlines
         return .content(text, modifiedAt: modified)
     }
 

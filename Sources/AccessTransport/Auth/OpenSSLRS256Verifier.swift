@@ -1,7 +1,7 @@
 internal import CCFOpenSSL
 internal import CCFShim
 import AccessCore
-import Foundation
+import FoundationEssentials
 
 /// RS256 (RSASSA-PKCS1-v1_5 with SHA-256) verification with OpenSSL 3: the public key is
 /// built from the JWK's `n` and `e` through `EVP_PKEY_fromdata`.

@@ -1,4 +1,6 @@
-import Foundation
+import AccessCore
+import FoundationEssentials
+import Glibc
 
 /// Process start times from `/proc`, for the login lock's pid-reuse check.
 package enum ProcessStartTime {
@@ -25,7 +27,7 @@ package enum ProcessStartTime {
     private static let bootTimeSeconds: Int64? = {
         guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix("btime ") {
-            return Int64(line.dropFirst(6).trimmingCharacters(in: .whitespaces))
+            return Int64(line.dropFirst(6).trimmingHorizontalWhitespace)
         }
         return nil
     }()

@@ -1,5 +1,5 @@
 import AccessCore
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +23,7 @@ package struct SystemBrowserOpener: BrowserOpener {
     package func open(_ url: String) async -> Bool {
         let arguments: [String]
         if let browser = environment["BROWSER"]?.split(separator: ":").first.map(String.init),
-           !browser.trimmingCharacters(in: .whitespaces).isEmpty {
+           !browser.trimmingHorizontalWhitespace.isEmpty {
             // The URL travels as "$1", never through the shell's parser.
             arguments = ["/bin/sh", "-c", browser + " \"$1\"", "sh", url]
         } else {
@@ -47,7 +47,7 @@ package struct SystemBrowserOpener: BrowserOpener {
             try? await Task.sleep(nanoseconds: 100_000_000)
         }
         // Still running (a real browser): reap it later without blocking anyone.
-        Thread.detachNewThread {
+        PThread.start(name: "cfat browser") {
             var status: Int32 = 0
             _ = waitpid(pid, &status, 0)
         }

@@ -40,5 +40,8 @@ static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY
 
 // prctl is variadic, which Swift cannot call: the one option we use, PR_SET_DUMPABLE.
 static inline int CCFShim_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, (unsigned long)on, 0UL, 0UL, 0UL); }
+// The calling thread's name (PR_SET_NAME: the kernel keeps the first 15 bytes), for our own
+// threads (AccessTransport's PThread): Swift's Glibc module has no pthread_setname_np.
+static inline int CCFShim_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL); }
 
 #endif

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Looks at a private key file without decrypting it.
 package enum PrivateKeyFile {
@@ -51,7 +51,7 @@ package enum PrivateKeyFile {
         let text = String(decoding: contents, as: UTF8.self)
         if text.contains("ENCRYPTED") { return true }   // PEM: Proc-Type: 4,ENCRYPTED / BEGIN ENCRYPTED PRIVATE KEY
         let begin = "-----BEGIN OPENSSH PRIVATE KEY-----", end = "-----END OPENSSH PRIVATE KEY-----"
-        guard let start = text.range(of: begin), let stop = text.range(of: end), start.upperBound <= stop.lowerBound else {
+        guard let start = text.firstRange(of: begin), let stop = text.firstRange(of: end), start.upperBound <= stop.lowerBound else {
             return false
         }
         let body = text[start.upperBound..<stop.lowerBound].filter { !$0.isWhitespace }

@@ -1,5 +1,5 @@
 import AccessTransport
-import Foundation
+import FoundationEssentials
 internal import CCFSSH2
 
 /// A key an ssh-agent holds: its public half and comment.

@@ -1,5 +1,5 @@
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// The ready ``SSHUserAuthenticationDelegate``: OpenSSH's order — public keys (the agent's copy

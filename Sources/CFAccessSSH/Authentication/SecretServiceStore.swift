@@ -1,5 +1,5 @@
 import AccessTransport
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

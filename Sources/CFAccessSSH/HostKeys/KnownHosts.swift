@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -190,7 +190,7 @@ public struct KnownHosts: Sendable {
     /// pattern, a `host:port`) is refused.
     public func add(host: String, port: Int, key: SSHHostKey) throws(SSHFailure) {
         try Self.checkWritable(host: host)
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.deletingLastComponent(path)
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
                 throw SSHFailure(.localIO, "cannot create \(directory): \(String(cString: strerror(errno)))")

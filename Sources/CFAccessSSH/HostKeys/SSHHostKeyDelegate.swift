@@ -1,4 +1,5 @@
-import Foundation
+import AccessCore
+import FoundationEssentials
 
 /// Decides whether a server's host key is trusted: the check every ``SSHSession`` runs after
 /// the key exchange and before any credential is sent (see ``SSHSession/handshake()``), as
@@ -88,7 +89,7 @@ public struct SSHUnknownHostKey: Sendable, Equatable {
     /// Reads a typed answer as OpenSSH does: `yes` or the key's exact fingerprint trusts it,
     /// `no` or an empty line refuses it, anything else is nil (ask again).
     public func interpret(_ answer: String) -> Bool? {
-        let trimmed = answer.trimmingCharacters(in: .whitespaces)
+        let trimmed = answer.trimmingHorizontalWhitespace
         if trimmed.lowercased() == "yes" || trimmed == key.fingerprint { return true }
         if trimmed.lowercased() == "no" || trimmed.isEmpty { return false }
         return nil

@@ -1,5 +1,5 @@
 import AccessCore
-import Foundation
+import FoundationEssentials
 
 /// How the login flows reach Cloudflare Access and where tokens are kept.
 public struct AccessLoginConfiguration: Sendable {

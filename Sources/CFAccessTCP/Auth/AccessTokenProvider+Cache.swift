@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// The token cache: reading (with the expiry and audience checks), saving, and the edge's

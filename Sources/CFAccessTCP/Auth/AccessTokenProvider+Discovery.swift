@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// App discovery (PROTOCOL.md §2): the metadata request, the metadata JWT's signature under the

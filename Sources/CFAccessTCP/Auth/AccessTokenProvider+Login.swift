@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Getting a token (PROTOCOL.md §3): the cross-process login lock, the org-token exchange, and the

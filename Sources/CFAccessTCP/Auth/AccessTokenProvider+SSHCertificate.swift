@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// A short-lived SSH certificate and its key pair on disk, ready for ssh's `IdentityFile` and
@@ -76,7 +76,7 @@ extension AccessTokenProvider {
         try store.write(certificateName, text: line + "\n")
         logger.debug("wrote a new SSH certificate", metadata: [
             "path": "\(store.path(of: certificateName))", "principals": "\(certificate.principals.joined(separator: ","))",
-            "expires": "\(certificate.expiresAt.map { ISO8601DateFormatter().string(from: $0) } ?? "never")",
+            "expires": "\(certificate.expiresAt.map { Date.ISO8601FormatStyle().format($0) } ?? "never")",
         ])
         return ShortLivedCertificate(privateKeyPath: store.path(of: keyName), publicKeyPath: store.path(of: publicName),
                                      certificatePath: store.path(of: certificateName),

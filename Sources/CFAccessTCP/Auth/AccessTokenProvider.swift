@@ -1,6 +1,6 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Gets Cloudflare Access application tokens (PROTOCOL.md §2–§3): discovers the application,

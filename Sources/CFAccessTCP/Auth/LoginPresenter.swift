@@ -1,6 +1,7 @@
 import AccessCore
 import AccessTransport
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// How a login is being completed.
 public enum LoginPresentation: Sendable, Equatable {
@@ -60,7 +61,8 @@ public struct StderrLoginPresenter: LoginPresenter {
     public func waiting(elapsed: Duration, presentation: LoginPresentation) {
         let elapsedSeconds = Int(elapsed.components.seconds)
         let place = presentation == .browser ? "in the browser" : "on the other device"
-        let text = "Waiting for login \(place)… \(elapsedSeconds / 60):\(String(format: "%02d", elapsedSeconds % 60))"
+        let seconds = elapsedSeconds % 60
+        let text = "Waiting for login \(place)… \(elapsedSeconds / 60):\((0..<10).contains(seconds) ? "0" : "")\(seconds)"
         if isTerminal {
             Self.write("\r\u{1B}[K" + text)
         } else if elapsedSeconds % 30 == 0 {
@@ -81,6 +83,6 @@ public struct StderrLoginPresenter: LoginPresenter {
     }
 
     private static func write(_ text: String) {
-        FileHandle.standardError.write(Data(text.utf8))
+        FileDescriptors.writeAll(STDERR_FILENO, text)
     }
 }
