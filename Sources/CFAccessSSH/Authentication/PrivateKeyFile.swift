@@ -39,7 +39,7 @@ package enum PrivateKeyFile {
     private static func openSSHBlob(contents: Data) -> [UInt8]? {
         let text = String(decoding: contents, as: UTF8.self)
         let begin = "-----BEGIN OPENSSH PRIVATE KEY-----", end = "-----END OPENSSH PRIVATE KEY-----"
-        guard let start = text.range(of: begin), let stop = text.range(of: end), start.upperBound <= stop.lowerBound,
+        guard let start = text.firstRange(of: begin), let stop = text.firstRange(of: end), start.upperBound <= stop.lowerBound,
               let blob = Data(base64Encoded: String(text[start.upperBound..<stop.lowerBound].filter { !$0.isWhitespace })),
               blob.starts(with: Array("openssh-key-v1\0".utf8)) else { return nil }
         return [UInt8](blob)

@@ -1,4 +1,5 @@
 import AccessTransport
+import Dispatch
 import FoundationEssentials
 internal import CCFSSH2
 

@@ -1,4 +1,5 @@
 import AccessTransport
+import Dispatch
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc

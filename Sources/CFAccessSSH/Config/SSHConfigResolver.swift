@@ -499,7 +499,7 @@ private struct Resolution {
         if let environment {
             var output = ""
             var rest = Substring(text)
-            while let start = rest.range(of: "${") {
+            while let start = rest.firstRange(of: "${") {
                 output += rest[..<start.lowerBound]
                 guard let end = rest[start.upperBound...].firstIndex(of: "}") else {
                     throw located.at.error("\(located.value): '${' without its '}'")
