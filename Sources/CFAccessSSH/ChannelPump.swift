@@ -252,7 +252,7 @@ extension SSHSession {
 }
 
 /// An interactive channel with a pseudo-terminal (a shell or a command), from
-/// ``SSHSession/openShell(terminal:command:)``.
+/// ``SSHSession/openShell(terminal:command:environment:)``.
 public final class SSHInteractiveChannel: Sendable {
     private let session: SSHSession
     private let channel: ChannelHandle

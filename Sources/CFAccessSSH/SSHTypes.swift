@@ -125,7 +125,7 @@ public enum SSHChannelEnd: Sendable, Equatable {
     case outputClosed
 }
 
-/// The output and exit status of a command run with ``SSHSession/exec(_:input:)``.
+/// The output and exit status of a command run with ``SSHSession/exec(_:input:environment:)``.
 public struct SSHExecResult: Sendable, Equatable {
     /// Everything the command wrote to stdout.
     public let standardOutput: Data
