@@ -46,7 +46,7 @@ struct FoundationParityTests {
         ("k", "quote\" backslash\\ newline\n tab\t ctrl\u{01} é 🙂", "http://x/y?z=1&w=2"),
     ])
     func signRequestBody(_ key: String, _ token: String, _ issuer: String) throws {
-        let ours = ShortLivedCertificateRules.signRequestBody(publicKeyLine: key, token: token, issuer: issuer)
+        let ours = try ShortLivedCertificateRules.signRequestBody(publicKeyLine: key, token: token, issuer: issuer)
         let foundation = try JSONSerialization.data(withJSONObject: ["public_key": key, "jwt": token, "issuer": issuer],
                                                     options: [.sortedKeys])
         #expect(String(decoding: ours, as: UTF8.self) == String(decoding: foundation, as: UTF8.self))

@@ -118,6 +118,8 @@ struct HeaderFieldTests {
         "Bearer abc", "bearer abc", "Basic dXNlcjpwYXNz", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln",
         "sid=eyJhbGciOiJSUzI1NiJ9.e30.c2ln", "9f8e7d6c5b4a39281706f5e4d3c2b1a0", "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5",
         "prefix sk_live_51HxYz2eZvKYlo2C0aBcDeFg",
+        // A JWT cut short (two parts): still its header, so still a credential.
+        "eyJhbGciOiJIUzI1NiJ9.cut",
     ])
     func credentialValues(_ value: String) {
         #expect(HeaderField.looksLikeCredential(value))

@@ -131,7 +131,7 @@ struct ShortLivedCertificateTests {
     @Test("the request body and the answers of cert_sign")
     func exchange() throws {
         typealias Rules = ShortLivedCertificateRules
-        let body = Rules.signRequestBody(publicKeyLine: "ecdsa-sha2-nistp256 AAAA", token: "a.b.c", issuer: "https://t")
+        let body = try Rules.signRequestBody(publicKeyLine: "ecdsa-sha2-nistp256 AAAA", token: "a.b.c", issuer: "https://t")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: String])
         #expect(object == ["public_key": "ecdsa-sha2-nistp256 AAAA", "jwt": "a.b.c", "issuer": "https://t"])
         let ok = Array(#"{"id":"1","certificate":"ecdsa-sha2-nistp256-cert-v01@openssh.com AAAA\n","expires_at":"2030-01-01T00:00:00Z"}"#.utf8)

@@ -53,7 +53,7 @@ enum ASCII {
 
     /// `bytes` without leading and trailing spaces and tabs.
     static func trimmed<C: BidirectionalCollection>(_ bytes: C) -> C.SubSequence where C.Element == UInt8 {
-        var slice = bytes[...]
+        var slice = bytes[bytes.startIndex...]
         while let first = slice.first, isBlank(first) { slice = slice.dropFirst() }
         while let last = slice.last, isBlank(last) { slice = slice.dropLast() }
         return slice

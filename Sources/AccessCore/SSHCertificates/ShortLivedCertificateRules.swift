@@ -92,13 +92,13 @@ package enum ShortLivedCertificateRules {
     }
 
     /// The JSON body of `POST …/cdn-cgi/access/cert_sign`: `{"public_key","jwt","issuer"}`.
-    package static func signRequestBody(publicKeyLine: String, token: String, issuer: String) -> [UInt8] {
+    package static func signRequestBody(publicKeyLine: String, token: String, issuer: String) throws -> [UInt8] {
         let object = ["public_key": publicKeyLine, "jwt": token, "issuer": issuer]
-        // Only strings: encoding cannot fail. Sorted keys and escaped slashes, as
-        // JSONSerialization wrote it.
+        // Only strings, so JSONEncoder does not throw here; the caller still says so if it did.
+        // Sorted keys and escaped slashes, as JSONSerialization wrote it.
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        return Array((try? encoder.encode(object)) ?? Data())
+        return Array(try encoder.encode(object))
     }
 
     /// What the signing service answered.

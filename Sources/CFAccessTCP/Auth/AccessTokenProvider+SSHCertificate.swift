@@ -133,8 +133,13 @@ extension AccessTokenProvider {
             throw TunnelFailure(category: .authentication, isRetryable: false, message: error.message + " (\(host))",
                                 kind: .certificateRefused)
         }
-        let body = ShortLivedCertificateRules.signRequestBody(publicKeyLine: publicKey.line(comment: ""), token: token,
-                                                              issuer: issuer ?? "")
+        let body: [UInt8]
+        do {
+            body = try ShortLivedCertificateRules.signRequestBody(publicKeyLine: publicKey.line(comment: ""), token: token,
+                                                                  issuer: issuer ?? "")
+        } catch {
+            throw .internalError("the certificate request for \(host) could not be encoded: \(error)")
+        }
         let response = try await http.send(HTTPRequest(method: "POST", url: url,
                                                        headers: [("Content-Type", "application/json"),
                                                                  ("Accept", "application/json")],
