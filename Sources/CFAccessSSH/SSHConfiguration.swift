@@ -16,7 +16,7 @@ extension SSHSession {
         /// SSH keepalives while a channel runs, and when silence means the connection is lost.
         public var keepalive: SSHKeepalive
 
-        /// A configuration with every setting; `timeout` 15 s and keepalives every 30 s by default.
+        /// A configuration with every setting; `timeout` 15 s and keepalives every 10 s by default.
         public init(hostKeyDelegate: any SSHHostKeyDelegate, timeout: Duration = .seconds(15),
                     keepalive: SSHKeepalive = SSHKeepalive()) {
             self.hostKeyDelegate = hostKeyDelegate
@@ -39,9 +39,11 @@ public struct SSHKeepalive: Sendable, Equatable {
     /// How many intervals without a byte from the server mean the connection is lost.
     public var unansweredLimit: Int
 
-    /// Keepalives every `interval` (default 30 s); lost after `unansweredLimit` (default 3)
-    /// unanswered ones.
-    public init(interval: Duration = .seconds(30), unansweredLimit: Int = 3) {
+    /// Keepalives every `interval` (default 10 s); lost after `unansweredLimit` (default 3)
+    /// intervals without a byte from the server, so a dead link is noticed in about 30 s. (A
+    /// session tool is watched by a person: 90 s or more of a frozen terminal before the
+    /// reconnect starts is what users complained about; a keepalive costs a few dozen bytes.)
+    public init(interval: Duration = .seconds(10), unansweredLimit: Int = 3) {
         self.interval = interval
         self.unansweredLimit = unansweredLimit
     }
@@ -64,11 +66,26 @@ public struct SSHKeepalive: Sendable, Equatable {
         return .seconds(max(2, Int(librarySeconds)))
     }
 
+    /// How long silence may last before the connection counts as lost: `unansweredLimit`
+    /// intervals, plus a second for the last reply on its way. Nil when keepalives are off.
+    public var lossAfter: Duration? {
+        guard isEnabled else { return nil }
+        return effectiveInterval * max(1, unansweredLimit) + .seconds(1)
+    }
+
     /// Whether `silence` (the time since the server last sent a byte) means the connection is
-    /// lost: longer than `unansweredLimit` intervals, plus a second for the reply on its way.
+    /// lost: longer than ``lossAfter``.
     public func isConnectionLost(silence: Duration) -> Bool {
-        guard isEnabled else { return false }
-        return silence > effectiveInterval * max(1, unansweredLimit) + .seconds(1)
+        guard let lossAfter else { return false }
+        return silence > lossAfter
+    }
+
+    /// How much more silence, after `silence` so far, makes the connection lost (zero once it
+    /// is); nil when keepalives are off. A running channel checks again no later than this, so
+    /// a loss is noticed when the rule says, not at the next keepalive.
+    public func remainingBeforeLoss(silence: Duration) -> Duration? {
+        guard let lossAfter else { return nil }
+        return max(.zero, lossAfter - silence)
     }
 }
 

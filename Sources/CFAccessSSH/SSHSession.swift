@@ -43,7 +43,7 @@ public final class SSHSession: @unchecked Sendable {
     let configuration: Configuration
     private let thread: SessionThread
     private let stream: TunnelStream?
-    let box = SessionBox()
+    let box: SessionBox
     private var freed = false
     private var handshakeDone = false
     private let validatedKey = LockedBox<SSHHostKey?>(nil)
@@ -79,11 +79,14 @@ public final class SSHSession: @unchecked Sendable {
         self.configuration = configuration
         self.stream = stream
         self.thread = SessionThread(name: "ssh session \(fileDescriptor)")
+        self.box = SessionBox(io: SocketIO(fd: fileDescriptor))
         libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(box).toOpaque()
-        // Our own recv: it reads the server's identification as OpenSSH does (bounded lines
-        // before it), keeps the server's first packet (its KEXINIT, to explain a failed key
-        // exchange), and notes when the server last sent anything (keepalive answers included).
+        // Our own recv and send (SessionIO.swift). The recv reads the server's identification as
+        // OpenSSH does (bounded lines before it), keeps the server's first packet (its KEXINIT, to
+        // explain a failed key exchange), and notes when the server last sent anything (keepalive
+        // answers included); sends never come back short, and no read happens behind the pump's back.
         _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_RECV, unsafeBitCast(receiveCallback, to: UnsafeMutableRawPointer.self))
+        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_SEND, unsafeBitCast(sendCallback, to: UnsafeMutableRawPointer.self))
         // The server's SSH_MSG_DISCONNECT reason, for the failure that follows.
         _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_DISCONNECT,
                                          unsafeBitCast(disconnectCallback, to: UnsafeMutableRawPointer.self))
@@ -133,13 +136,20 @@ public final class SSHSession: @unchecked Sendable {
     }
 
     /// Waits (poll) until the socket is ready in the directions libssh2 is blocked on, or the
-    /// deadline (moved on by the time spent in prompts) passes (throws `.timedOut`).
+    /// deadline (moved on by the time spent in prompts) passes (throws `.timedOut`). Bytes queued
+    /// by our send callback go out meanwhile.
     func waitSocket(until requestDeadline: Date?, what: String) throws(SSHFailure) {
+        let io = box.io
+        guard io.flush() else {
+            throw SSHFailure(.connectionLost, "Connection lost: \(io.sendErrorText ?? "the tunnel closed") while \(what)")
+        }
         let directions = libssh2_session_block_directions(raw)
         var events: Int16 = 0
         if directions & LIBSSH2_SESSION_BLOCK_INBOUND != 0 { events |= Int16(POLLIN) }
         if directions & LIBSSH2_SESSION_BLOCK_OUTBOUND != 0 { events |= Int16(POLLOUT) }
         if events == 0 { events = Int16(POLLIN) }
+        if io.pendingOutbound > 0 { events |= Int16(POLLOUT) }
+        defer { io.polled() }
         while true {
             var milliseconds: Int32 = -1
             let deadline = requestDeadline?.addingTimeInterval(box.promptPause)
@@ -155,6 +165,7 @@ public final class SSHSession: @unchecked Sendable {
                 if let deadline, deadline.timeIntervalSinceNow <= 0 { throw timedOut(what) }
                 continue
             }
+            if entry.revents & Int16(POLLOUT) != 0 { io.flush() }
             return
         }
     }
@@ -565,8 +576,10 @@ public final class SSHSession: @unchecked Sendable {
 
     // MARK: Ending
 
-    /// Shuts our writing side down and reads (discarding) until the peer closes or `deadline`.
+    /// Sends what is still queued, shuts our writing side down and reads (discarding) until
+    /// the peer closes or `deadline`.
     func drainAfterShutdown(until deadline: Date) {
+        _ = box.io.flushAll(until: deadline)
         _ = shutdown(fd, Int32(SHUT_WR))
         var scratch = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -592,6 +605,7 @@ public final class SSHSession: @unchecked Sendable {
                 _ = try? session.retry("disconnecting", until: deadline) {
                     libssh2_session_disconnect_ex(session.raw, SSH_DISCONNECT_BY_APPLICATION, description, "")
                 }
+                _ = session.box.io.flushAll(until: deadline)
             }
             _ = libssh2_session_free(session.raw)
             if let stream = session.stream {
@@ -613,12 +627,14 @@ struct ChannelHandle: @unchecked Sendable {
 /// What libssh2's callbacks need, found through the session's abstract pointer: the
 /// keyboard-interactive responder while such an authentication runs, the time spent in its
 /// prompts, the server's identification and first packet while handshaking, its disconnect
-/// reason, and when it last sent a byte. Used on the session's thread only.
+/// reason, the socket I/O (when the server last sent a byte, what waits to be sent), and the
+/// local forwards the pump serves. Used on the session's thread only.
 final class SessionBox: @unchecked Sendable {
     var respond: (@Sendable (SSHKeyboardPrompt) -> [String])?
+    let io: SocketIO
+    var forwards: [SSHForwardListener] = []
     /// Seconds spent waiting for a person inside the current request.
     var promptPause: TimeInterval = 0
-    var lastInbound = Date()
     /// While the handshake reads what comes before the server's identification.
     var scanning = false
     var scanner = IdentificationScanner()
@@ -632,6 +648,10 @@ final class SessionBox: @unchecked Sendable {
     var serverDisconnect: String?
     /// The stream ended (recv returned 0).
     var peerClosed = false
+
+    init(io: SocketIO) {
+        self.io = io
+    }
 
     /// Keeps the start of the server's first binary packet.
     func noteFirstPacket(_ bytes: UnsafeRawBufferPointer) {
@@ -652,7 +672,7 @@ final class SessionBox: @unchecked Sendable {
 /// (bounded, as OpenSSH bounds them), and the identification line is handed on as if it were
 /// the first byte; the server's first packet is kept. Errors go back as `-errno`, as libssh2's
 /// own function returns them.
-private let receiveCallback: @convention(c) (
+let receiveCallback: @convention(c) (
     Int32, UnsafeMutableRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> Int = { socket, buffer, length, flags, abstract in
     guard let pointer = abstract?.pointee else {
@@ -670,7 +690,7 @@ private let receiveCallback: @convention(c) (
                 box.peerClosed = true
                 return 0
             }
-            box.lastInbound = Date()
+            box.io.lastInbound = Date()
             switch box.scanner.feed(chunk[0..<n]) {
             case .needMore: continue
             case .identified:
@@ -690,11 +710,9 @@ private let receiveCallback: @convention(c) (
         box.pending.removeFirst(count)
         return count
     }
-    let n = recv(socket, buffer, length, flags)
-    if n < 0 { return -Int(errno) }
+    let n = box.io.receive(buffer, length, flags: flags)
     if n == 0 { box.peerClosed = true }
     if n > 0 {
-        box.lastInbound = Date()
         if box.firstPacket.count < 65_536, let buffer { box.noteFirstPacket(UnsafeRawBufferPointer(start: buffer, count: n)) }
     }
     return n

@@ -18,7 +18,9 @@ struct ShellCommand: AsyncParsableCommand {
         discussion: """
         Without a command: an interactive shell on a pseudo-terminal. With a command (after the \
         destination, as with ssh, or after --): runs it, streams its stdout and stderr, forwards stdin, \
-        and exits with its exit status. ssh's letters mean what they mean in ssh: -p -l -i -F -o -q -T -t.
+        and exits with its exit status. With -N: no command, only the -L forwards. ssh's letters mean         what they mean in ssh: -p -l -i -F -o -q -T -t -L -N.
+
+        On an interactive session, after a newline: ~. disconnects, ~? lists the escapes, ~~ sends ~.
 
         ~/.ssh/config (or -F FILE) and /etc/ssh/ssh_config are read as ssh reads them: Host blocks \
         with HostName (the Access hostname), User, Port, IdentityFile, IdentitiesOnly, \
@@ -40,6 +42,7 @@ struct ShellCommand: AsyncParsableCommand {
           cf-access-tcp shell me@ssh.example.com uptime
           cf-access-tcp shell work                   (Host work / HostName ssh.example.com in ~/.ssh/config)
           cf-access-tcp shell me@ssh.example.com --tmux main     (reattached after a reconnect)
+          cf-access-tcp shell me@ssh.example.com -N -L 8080:intranet:80
         """
     )
 
@@ -77,6 +80,14 @@ struct ShellCommand: AsyncParsableCommand {
           help: "A pseudo-terminal even for a command, like ssh -t (full-screen programs); -tt even when stdin is not a terminal.")
     var terminalRequests: Int
 
+    @Option(name: .customShort("L", allowingJoined: true),
+            help: ArgumentHelp("Forward a local port over the SSH session, like ssh -L: connections to port (on the loopback addresses unless bind_address is given; * for all) reach host:hostport as the server sees it (repeatable).",
+                               valueName: "[bind_address:]port:host:hostport"))
+    var localForwards: [String] = []
+
+    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L), like ssh -N.")
+    var noCommand = false
+
     @Flag(name: .customLong("accept-new"), help: "Add an unknown host key to known_hosts without asking (a changed key is still refused).")
     var acceptNew = false
 
@@ -91,7 +102,7 @@ struct ShellCommand: AsyncParsableCommand {
     var tmux: String?
 
     @Option(name: .customLong("server-alive-interval"),
-            help: "Seconds between SSH keepalives; three unanswered mean the connection is lost (default: ServerAliveInterval in ssh_config, else 30; 0 = off).")
+            help: "Seconds between SSH keepalives; three intervals without a byte from the server mean the connection is lost (default: ServerAliveInterval in ssh_config, else 10; 0 = off).")
     var serverAliveInterval: Int?
 
     @Flag(name: .customLong("short-lived-cert"),
@@ -111,7 +122,9 @@ struct ShellCommand: AsyncParsableCommand {
     var command: [String] = []
 
     /// The default keepalive interval in seconds (`--server-alive-interval`, `ServerAliveInterval`).
-    static let defaultServerAliveInterval = 30
+    /// 10 s, so a dead link is noticed in about 30 s (three intervals): a person watches a
+    /// frozen terminal, and a keepalive costs a few dozen bytes (README, "Keepalives").
+    static let defaultServerAliveInterval = Int(SSHKeepalive().interval.components.seconds)
     /// The default connect timeout in seconds (`--timeout`, `ConnectTimeout`).
     static let defaultTimeout = 15
 
@@ -124,6 +137,7 @@ struct ShellCommand: AsyncParsableCommand {
         let logging: LoggingSetup
         let timeout: Int
         let serverAliveInterval: Int
+        let forwards: [SSHLocalForward]
         do {
             guard noTerminal == false || terminalRequests == 0 else {
                 throw ConfigurationError("-T (no terminal) and -t (a terminal) contradict each other: give one")
@@ -167,6 +181,18 @@ struct ShellCommand: AsyncParsableCommand {
             }
             if tmux != nil && noTerminal {
                 throw ConfigurationError("--tmux needs a terminal: leave out -T")
+            }
+            if noCommand {
+                guard command.isEmpty, tmux == nil, terminalRequests == 0 else {
+                    throw ConfigurationError("-N runs no command: give -N without a command, --tmux or -t")
+                }
+            }
+            forwards = try localForwards.map { spec throws(ConfigurationError) in
+                do {
+                    return try SSHLocalForward(parsing: spec)
+                } catch {
+                    throw ConfigurationError("-L \(spec): expected [bind_address:]port:host:hostport, e.g. -L 8080:localhost:80")
+                }
             }
             for key in identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
@@ -238,7 +264,9 @@ struct ShellCommand: AsyncParsableCommand {
         }
         let remote = command.isEmpty ? nil : command.joined(separator: " ")
         let mode: ShellRunner.Mode
-        if wantsTerminal {
+        if noCommand {
+            mode = .forwardsOnly
+        } else if wantsTerminal {
             mode = .terminal(command: remote)
         } else if let remote {
             mode = .command(remote)
@@ -248,11 +276,13 @@ struct ShellCommand: AsyncParsableCommand {
             mode = .shellWithoutTerminal
         }
         // A command is not run twice: only a shell (or tmux) on a local terminal is reconnected.
-        let reconnect = noReconnect || remote != nil || isatty(0) == 0 ? SSHReconnectPolicy.never : SSHReconnectPolicy()
+        // -N has no command to run twice: its forwards reconnect like a shell.
+        let reconnect = noReconnect || remote != nil || (isatty(0) == 0 && !noCommand) ? SSHReconnectPolicy.never : SSHReconnectPolicy()
         let runner = ShellRunner(
             target: target, settings: settings, logger: logging.logger, terminalLog: logging.terminal,
             environment: environment, sentEnvironment: host.environment(sending: environment), quiet: isQuiet,
-            prompts: prompts, authentication: authentication, session: session, mode: mode, tmux: tmux, reconnect: reconnect)
+            prompts: prompts, authentication: authentication, session: session, mode: mode, tmux: tmux, reconnect: reconnect,
+            forwards: forwards)
         let status = await runner.run()
         throw ExitCode(status)
     }

@@ -25,6 +25,8 @@ final class ShellRunner {
         case shellWithoutTerminal
         /// A pseudo-terminal: the login shell (or `--tmux`), or a command with `-t`.
         case terminal(command: String?)
+        /// `-N`: no command, only the `-L` forwards.
+        case forwardsOnly
     }
 
     let target: ShellTarget
@@ -43,10 +45,15 @@ final class ShellRunner {
     let mode: Mode
     let tmux: String?
     let reconnect: SSHReconnectPolicy
+    /// `-L`: local ports forwarded over the session.
+    let forwards: [SSHLocalForward]
+    /// The forwards' listening sockets, bound before connecting and kept across reconnects.
+    private var listeners: [SSHForwardListener] = []
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
          sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
-         session: SSHSession.Configuration, mode: Mode, tmux: String?, reconnect: SSHReconnectPolicy) {
+         session: SSHSession.Configuration, mode: Mode, tmux: String?, reconnect: SSHReconnectPolicy,
+         forwards: [SSHLocalForward] = []) {
         self.target = target
         self.settings = settings
         self.logger = logger
@@ -60,6 +67,7 @@ final class ShellRunner {
         self.mode = mode
         self.tmux = tmux
         self.reconnect = reconnect
+        self.forwards = forwards
     }
 
     /// A failure that ends the run: the line to print and the exit status.
@@ -87,6 +95,20 @@ final class ShellRunner {
             return source
         }
         defer { stops.forEach { $0.cancel() } }
+        // The forwards' ports first: one that cannot be had ends the run before any connection.
+        do {
+            for forward in forwards {
+                listeners.append(try SSHForwardListener(forward, onEvent: { [target] event in
+                    if case .openFailed(let origin, let reason) = event {
+                        ShellRunner.notice("cf-access-tcp: -L \(forward): \(target.host) refused the connection from \(origin): \(reason)")
+                    }
+                }))
+            }
+        } catch {
+            say("cf-access-tcp: \(error.message)")
+            return ExitStatus.localIO.rawValue
+        }
+        defer { listeners.forEach { $0.close() } }
         let connection: (AccessTunnel, SSHSession)
         do {
             connection = try await connect(first: true)
@@ -101,7 +123,15 @@ final class ShellRunner {
             return await runCommand(nil, tunnel: connection.0, session: connection.1)
         case .terminal(let command):
             return await runInteractive(command: command, tunnel: connection.0, session: connection.1)
+        case .forwardsOnly:
+            return await runForwardsOnly(tunnel: connection.0, session: connection.1)
         }
+    }
+
+    /// A line on stderr from any thread; on a raw-mode terminal it needs its own carriage return.
+    static func notice(_ line: String) {
+        let text = isatty(2) == 1 ? "\r" + line + "\r\n" : line + "\n"
+        _ = FileDescriptors.writeAll(2, text)
     }
 
     // MARK: Connecting
@@ -124,6 +154,9 @@ final class ShellRunner {
             ssh = try SSHSession(stream: stream, configuration: session)
             try await ssh.handshake()
             try await ssh.authenticate(user: target.user, delegate: authentication)
+            for listener in listeners {
+                try await ssh.startForwarding(listener)
+            }
         } catch {
             await tunnel.disconnect()
             throw Stop(message: line(for: error), status: ExitStatus(error))
@@ -183,6 +216,46 @@ final class ShellRunner {
         }
     }
 
+    /// `-N`: the forwards alone, until the connection is lost for good (reconnecting as an
+    /// interactive session does) or a signal ends the run.
+    private func runForwardsOnly(tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
+        var tunnel = tunnel
+        var session = session
+        var reconnection = SSHReconnection(policy: reconnect)
+        while true {
+            let end = await session.runForwards()
+            var action = reconnection.channelEnded(end)
+            guard case .lost(let failure) = end, case .reconnect = action else {
+                await session.disconnect(description: "disconnected by user")
+                await tunnel.disconnect()
+                return status(of: end)
+            }
+            await session.disconnect(description: "connection lost")
+            await tunnel.disconnect()
+            var reconnected: (AccessTunnel, SSHSession)?
+            var last = Stop(message: failure.message, status: ExitStatus(failure))
+            while case .reconnect(let attempt, let attempts, let delay) = action {
+                say("Connection lost — reconnecting (\(attempt)/\(attempts))…")
+                try? await Task.sleep(for: delay)
+                do {
+                    reconnected = try await connect(first: false)
+                    reconnection.reconnected()
+                    break
+                } catch {
+                    last = error
+                    logger.info("reconnect attempt \(attempt) failed: \(error.message)")
+                    action = reconnection.attemptFailed()
+                }
+            }
+            guard let reconnected else {
+                say("cf-access-tcp: Connection lost: could not reconnect after \(reconnection.attemptsMade) attempts: \(last.message)")
+                return ExitStatus.connectionLost.rawValue
+            }
+            say("Reconnected.")
+            (tunnel, session) = reconnected
+        }
+    }
+
     /// A pseudo-terminal session: the local terminal (if stdin is one) in raw mode, its modes
     /// sent, and reconnects as the policy says.
     private func runInteractive(command: String?, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
@@ -226,7 +299,8 @@ final class ShellRunner {
                 return ExitStatus(error).rawValue
             }
             current.withLock { $0 = channel }
-            let end = await channel.run(input: .standardInput, output: .standardOutput)
+            // Escapes (~. ~? ~~) as in ssh, on a session with a terminal.
+            let end = await channel.run(input: .standardInput, output: .standardOutput, escapes: SSHEscapes())
             current.withLock { $0 = nil }
             var action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {

@@ -48,13 +48,14 @@ struct ReconnectPolicyTests {
         #expect(custom.attemptFailed() == .giveUp(attempts: 1))
     }
 
-    @Test("keepalives: the connection is lost after three silent intervals and a second, not before")
+    @Test("keepalives: every 10 s by default; the connection is lost after three silent intervals and a second, not before")
     func keepaliveLoss() {
         let standard = SSHKeepalive()
         #expect(standard.isEnabled)
-        #expect(standard.effectiveInterval == .seconds(30))
-        #expect(!standard.isConnectionLost(silence: .seconds(91)))
-        #expect(standard.isConnectionLost(silence: .seconds(91) + .milliseconds(1)))
+        #expect(standard.effectiveInterval == .seconds(10))
+        #expect(standard.lossAfter == .seconds(31))
+        #expect(!standard.isConnectionLost(silence: .seconds(31)))
+        #expect(standard.isConnectionLost(silence: .seconds(31) + .milliseconds(1)))
 
         // libssh2 sends at least every 2 s: an interval of 1 s is 2 s, so lost after 7 s.
         let fast = SSHKeepalive(interval: .seconds(1))
@@ -75,6 +76,20 @@ struct ReconnectPolicyTests {
             #expect(!off.isEnabled)
             #expect(off.effectiveInterval == .zero)
             #expect(!off.isConnectionLost(silence: .seconds(86_400)))
+            #expect(off.lossAfter == nil)
+            #expect(off.remainingBeforeLoss(silence: .seconds(5)) == nil)
         }
+    }
+
+    @Test("the time left before silence is a loss (what a running channel sleeps at most): three intervals and a second, counted down, never below zero")
+    func remainingBeforeLoss() {
+        let standard = SSHKeepalive(interval: .seconds(30))
+        // Issue 16 point 11: the check used to wait for the next keepalive (≈ 120 s with 30 s).
+        #expect(standard.remainingBeforeLoss(silence: .zero) == .seconds(91))
+        #expect(standard.remainingBeforeLoss(silence: .seconds(60)) == .seconds(31))
+        #expect(standard.remainingBeforeLoss(silence: .milliseconds(90_500)) == .milliseconds(500))
+        #expect(standard.remainingBeforeLoss(silence: .seconds(200)) == .zero)
+        let fast = SSHKeepalive(interval: .seconds(1), unansweredLimit: 2)
+        #expect(fast.remainingBeforeLoss(silence: .seconds(1)) == .seconds(4))
     }
 }

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from . import loads, procs, report
+from . import loads, procs, report, sshbench
 from .procs import LOOPBACK, BenchError
 
 HOSTNAME = "bench.cfat.test"
@@ -57,6 +57,9 @@ Measures (each repeated; median [min-max]):
   setup        sequential new connections, connect() to first echoed byte: p50/p99 ms
   concurrency  1,000 then 5,000 concurrent connections, each echoes, checked again after idle:
                how many worked, client RSS idle and per connection, fds per connection
+  ssh          1 GiB down and up through an SSH session to a real sshd behind the emulator:
+               `cf-access-tcp shell` vs `ssh -o ProxyCommand='cf-access-tcp …'` vs plain ssh:
+               MiB/s, CPU s/GiB of the whole client, longest pause between chunks
 Every figure is also given as a ratio to direct TCP and to the socat relay.
 
 --client-cmd placeholders: {hostname} {listen} (127.0.0.1:PORT) {listen_port} {edge}
@@ -82,8 +85,11 @@ Only 127.0.0.1 is ever used.""")
     p.add_argument("--idle", type=float, help="idle seconds before re-checking concurrent connections "
                                               "(default 30; quick 2)")
     p.add_argument("--integrity-mib", type=int, help="echo integrity check size in MiB (default 64; quick 16)")
-    p.add_argument("--sections", default="integrity,bulk,latency,setup,concurrency",
-                   help="comma-separated subset of integrity,bulk,latency,setup,concurrency")
+    p.add_argument("--sections", default="integrity,bulk,latency,setup,concurrency,ssh",
+                   help="comma-separated subset of integrity,bulk,latency,setup,concurrency,ssh")
+    p.add_argument("--ssh-mib", type=int, help="ssh section transfer size in MiB (default 1024; quick 64)")
+    p.add_argument("--ssh-modes", default=",".join(sshbench.MODES),
+                   help="comma-separated subset of %s for the ssh section" % ",".join(sshbench.MODES))
     p.add_argument("--modes", default="ours,other,socat,direct",
                    help="comma-separated subset of ours,other,socat,direct (other only with --client-cmd)")
     p.add_argument("--client-cmd", metavar="TEMPLATE", help="another tunnel client to run alongside ours")
@@ -116,6 +122,7 @@ Only 127.0.0.1 is ever used.""")
     default("concurrency", "1000,5000", "100")
     default("idle", 30.0, 2.0)
     default("integrity_mib", 64, 16)
+    default("ssh_mib", 1024, 64)
     default("time_limit", 1800.0, 300.0)
     args.warmup = 50 if q else 200
     args.slow = 20 if args.ours_wrapper or args.edge_wrapper else 1
@@ -125,8 +132,14 @@ Only 127.0.0.1 is ever used.""")
         p.error("--concurrency must be comma-separated integers")
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in args.sections:
-        if s not in ("integrity", "bulk", "latency", "setup", "concurrency"):
+        if s not in ("integrity", "bulk", "latency", "setup", "concurrency", "ssh"):
             p.error("unknown section %r" % s)
+    args.ssh_modes = [m.strip() for m in args.ssh_modes.split(",") if m.strip()]
+    for m in args.ssh_modes:
+        if m not in sshbench.MODES:
+            p.error("unknown ssh mode %r" % m)
+    if "ssh" in args.sections and not args.ssh_modes:
+        p.error("--ssh-modes is empty")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
         if m not in ("ours", "other", "socat", "direct"):
@@ -146,7 +159,7 @@ Only 127.0.0.1 is ever used.""")
             words = [w for w in shlex.split(args.client_cmd) if "=" not in w.split("/")[0]]
             args.client_name = os.path.basename(words[0]) if words else "other"
     args.modes = modes
-    if args.repeats < 1 or args.bulk_mib < 1 or args.rounds < 1 or args.setups < 1 or args.idle < 0:
+    if args.repeats < 1 or args.ssh_mib < 1 or args.bulk_mib < 1 or args.rounds < 1 or args.setups < 1 or args.idle < 0:
         p.error("counts must be positive")
     if "socat" in modes and not shutil.which("socat"):
         p.error("socat is not installed (apt-get install socat, or --modes without socat)")
@@ -340,21 +353,24 @@ class Bench:
             line = self.procs.wait_for_line(proc, "listening on")
             self.targets[kind] = int(line.rsplit(":", 1)[1])
         for kind in ("echo", "sink", "source"):
-            argv = [self.edge_bin, "serve", "--listen", "%s:0" % LOOPBACK, "--cert", self.cert, "--key", self.key,
-                    "--target", "%s:%d" % (LOOPBACK, self.targets[kind]),
-                    "--service-token", "%s:%s" % (TOKEN_ID, TOKEN_SECRET)]
-            if self.args.edge_wrapper:
-                argv = shlex.split(self.args.edge_wrapper.replace("{name}", "edge-" + kind)) + argv
-            proc = self.procs.start("edge-" + kind, argv)
-            if self.args.edge_wrapper:
-                proc.grace = 60.0   # a profiler writes its output on SIGTERM
-            line = self.procs.wait_for_line(proc, "cf-access-edge listening on", timeout=30 * self.args.slow)
-            edge = Edge(kind, proc, int(line.rsplit(":", 1)[1]), self.ca, timeout=10 * self.args.slow)
-            edge.stats()  # the edge answers, TLS to it verifies
-            self.edges[kind] = edge
+            self.edges[kind] = self.start_edge(kind, "%s:%d" % (LOOPBACK, self.targets[kind]))
         log("targets %s; edges %s" % (
             ", ".join("%s %d" % kv for kv in self.targets.items()),
             ", ".join("%s %d" % (k, e.port) for k, e in self.edges.items())))
+
+    def start_edge(self, kind, target):
+        """An edge emulator in front of `target` (host:port), with the run's certificate and token."""
+        argv = [self.edge_bin, "serve", "--listen", "%s:0" % LOOPBACK, "--cert", self.cert, "--key", self.key,
+                "--target", target, "--service-token", "%s:%s" % (TOKEN_ID, TOKEN_SECRET)]
+        if self.args.edge_wrapper:
+            argv = shlex.split(self.args.edge_wrapper.replace("{name}", "edge-" + kind)) + argv
+        proc = self.procs.start("edge-" + kind, argv)
+        if self.args.edge_wrapper:
+            proc.grace = 60.0   # a profiler writes its output on SIGTERM
+        line = self.procs.wait_for_line(proc, "cf-access-edge listening on", timeout=30 * self.args.slow)
+        edge = Edge(kind, proc, int(line.rsplit(":", 1)[1]), self.ca, timeout=10 * self.args.slow)
+        edge.stats()  # the edge answers, TLS to it verifies
+        return edge
 
     def start_relay(self, mode, kind):
         """Starts a fresh client/relay of `mode` for target `kind`; None for direct."""
@@ -696,6 +712,11 @@ def main(argv=None):
         if "concurrency" in args.sections:
             # Other relays hold nothing open now; keep a margin for their own descriptors.
             bench.run_concurrency(results, fd_budget=soft - 300)
+        if "ssh" in args.sections:
+            for relay in list(bench.relays.values()):
+                bench.stop_relay(relay)   # nothing else runs while SSH is measured
+            bench.relays.clear()
+            sshbench.run(bench, results, HOSTNAME, TOKEN_ID, TOKEN_SECRET, log, bench.fail)
     except KeyboardInterrupt:
         log("interrupted; stopping every process started")
         bench.procs.stop_all()
@@ -718,9 +739,15 @@ def main(argv=None):
     machine["loadavg_start"] = loadavg_start
     summary = report.summarize(results, args)
     text = report.markdown(summary, args, bench, machine, command, elapsed)
+    ssh_summary = None
+    if "ssh" in args.sections:
+        ssh_summary = sshbench.summarize(results, args)
+        text += "\n".join(sshbench.markdown(ssh_summary, args, report.cell)) + "\n"
     sys.stdout.write(text)
     sys.stdout.flush()
     missing = report.missing_numbers(summary, args)
+    if ssh_summary is not None:
+        missing += sshbench.missing_numbers(ssh_summary, args)
     for m in missing:
         bench.fail("no number: %s" % m)
     if args.json:
@@ -729,10 +756,11 @@ def main(argv=None):
             "machine": machine,
             "elapsed_seconds": elapsed,
             "config": {k: getattr(args, k) for k in ("quick", "repeats", "bulk_mib", "rounds", "warmup", "setups",
-                                                     "conc_sizes", "idle", "integrity_mib", "sections", "modes",
+                                                     "conc_sizes", "idle", "integrity_mib", "sections", "modes", "ssh_mib", "ssh_modes",
                                                      "client_cmd", "client_name")},
             "labels": {m: bench.label(m) for m in args.modes},
             "summary": summary,
+            "ssh_summary": ssh_summary,
             "targets": report.targets(summary, args),
             "raw": results,
             "failures": bench.failures,

@@ -161,6 +161,9 @@ def _cell(entry, digits):
     return "%s [%s–%s]" % (f.format(entry["median"]), f.format(entry["min"]), f.format(entry["max"]))
 
 
+cell = _cell   # for the other sections' tables (sshbench)
+
+
 def _ratio(v):
     if v is None:
         return "—"
