@@ -7,18 +7,22 @@ protocol TunnelFlagNames {
     static var hostname: NameSpecification { get }
     /// `--url` and its aliases.
     static var url: NameSpecification { get }
+    /// Whether `--url` shows in the help (`shell` refuses it).
+    static var urlVisibility: ArgumentVisibility { get }
 }
 
 /// cloudflared's names: `-T` is `--hostname`, `-L` is `--url`.
 enum CloudflaredFlagNames: TunnelFlagNames {
     static var hostname: NameSpecification { [.customLong("hostname"), .customShort("T"), .customLong("tunnel-host")] }
     static var url: NameSpecification { [.customLong("url"), .customLong("listener"), .customShort("L")] }
+    static var urlVisibility: ArgumentVisibility { .default }
 }
 
 /// `shell`'s names: the long ones only.
 enum ShellFlagNames: TunnelFlagNames {
     static var hostname: NameSpecification { [.customLong("hostname"), .customLong("tunnel-host")] }
     static var url: NameSpecification { [.customLong("url"), .customLong("listener")] }
+    static var urlVisibility: ArgumentVisibility { .hidden }
 }
 
 /// The flags of `cloudflared access tcp`, with its aliases, plus ours.
@@ -31,7 +35,8 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
     var hostname: String?
 
     @Option(name: Names.url,
-            help: "Listen on this local address, e.g. 127.0.0.1:2222 (0 = any free port); without it stdin/stdout is the connection (env TUNNEL_SERVICE_URL).")
+            help: ArgumentHelp("Listen on this local address, e.g. 127.0.0.1:2222 (0 = any free port); without it stdin/stdout is the connection (env TUNNEL_SERVICE_URL).",
+                               visibility: Names.urlVisibility))
     var url: String?
 
     @Option(name: [.customLong("header"), .customShort("H")],
