@@ -680,6 +680,12 @@ let receiveCallback: @convention(c) (
         return n < 0 ? -Int(errno) : n
     }
     let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
+    // libssh2 talks to the ssh-agent through these callbacks too, on the agent's socket:
+    // only the session's own socket goes through the scanner and SocketIO.
+    guard socket == box.io.fd else {
+        let n = recv(socket, buffer, length, flags)
+        return n < 0 ? -Int(errno) : n
+    }
     if box.scanning {
         if box.identificationRefusal != nil { return -Int(EPROTO) }
         var chunk = [UInt8](repeating: 0, count: 4096)

@@ -200,7 +200,8 @@ let sendCallback: @convention(c) (
     Int32, UnsafeRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
 ) -> Int = { socket, buffer, length, flags, abstract in
     guard let buffer, length > 0 else { return 0 }
-    guard let io = socketIO(abstract) else {
+    // The ssh-agent's socket comes through here too: only the session's own goes to SocketIO.
+    guard let io = socketIO(abstract), socket == io.fd else {
         let n = Glibc.send(socket, buffer, length, flags)
         return n < 0 ? -Int(errno) : n
     }
