@@ -224,7 +224,7 @@ final class ShellRunner {
         var reconnection = SSHReconnection(policy: reconnect)
         while true {
             let end = await session.runForwards()
-            var action = reconnection.channelEnded(end)
+            let action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {
                 await session.disconnect(description: "disconnected by user")
                 await tunnel.disconnect()
@@ -232,28 +232,36 @@ final class ShellRunner {
             }
             await session.disconnect(description: "connection lost")
             await tunnel.disconnect()
-            var reconnected: (AccessTunnel, SSHSession)?
-            var last = Stop(message: failure.message, status: ExitStatus(failure))
-            while case .reconnect(let attempt, let attempts, let delay) = action {
-                say("Connection lost — reconnecting (\(attempt)/\(attempts))…")
-                try? await Task.sleep(for: delay)
-                do {
-                    reconnected = try await connect(first: false)
-                    reconnection.reconnected()
-                    break
-                } catch {
-                    last = error
-                    logger.info("reconnect attempt \(attempt) failed: \(error.message)")
-                    action = reconnection.attemptFailed()
-                }
-            }
-            guard let reconnected else {
-                say("cf-access-tcp: Connection lost: could not reconnect after \(reconnection.attemptsMade) attempts: \(last.message)")
+            guard let reconnected = await reconnectAfterLoss(failure, action: action, reconnection: &reconnection,
+                                                    lineStart: "") else {
                 return ExitStatus.connectionLost.rawValue
             }
-            say("Reconnected.")
             (tunnel, session) = reconnected
         }
+    }
+
+    /// After a lost connection: new tunnels and sessions as `action` and the policy say, each
+    /// attempt announced. The new pair, or nil once the last attempt failed (said in one line).
+    private func reconnectAfterLoss(_ failure: SSHFailure, action: SSHReconnection.Action,
+                           reconnection: inout SSHReconnection, lineStart: String) async -> (AccessTunnel, SSHSession)? {
+        var action = action
+        var last = Stop(message: failure.message, status: ExitStatus(failure))
+        while case .reconnect(let attempt, let attempts, let delay) = action {
+            say("\(lineStart)Connection lost — reconnecting (\(attempt)/\(attempts))…")
+            try? await Task.sleep(for: delay)
+            do {
+                let reconnected = try await connect(first: false)
+                reconnection.reconnected()
+                say("Reconnected.")
+                return reconnected
+            } catch {
+                last = error
+                logger.info("reconnect attempt \(attempt) failed: \(error.message)")
+                action = reconnection.attemptFailed()
+            }
+        }
+        say("cf-access-tcp: Connection lost: could not reconnect after \(reconnection.attemptsMade) attempts: \(last.message)")
+        return nil
     }
 
     /// A pseudo-terminal session: the local terminal (if stdin is one) in raw mode, its modes
@@ -302,7 +310,7 @@ final class ShellRunner {
             // Escapes (~. ~? ~~) as in ssh, on a session with a terminal.
             let end = await channel.run(input: .standardInput, output: .standardOutput, escapes: SSHEscapes())
             current.withLock { $0 = nil }
-            var action = reconnection.channelEnded(end)
+            let action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {
                 raw?.restore()
                 await session.disconnect(description: "disconnected by user")
@@ -316,26 +324,10 @@ final class ShellRunner {
             raw?.restore()
             await session.disconnect(description: "connection lost")
             await tunnel.disconnect()
-            var reconnected: (AccessTunnel, SSHSession)?
-            var last = Stop(message: failure.message, status: ExitStatus(failure))
-            while case .reconnect(let attempt, let attempts, let delay) = action {
-                say("\r\nConnection lost — reconnecting (\(attempt)/\(attempts))…")
-                try? await Task.sleep(for: delay)
-                do {
-                    reconnected = try await connect(first: false)
-                    reconnection.reconnected()
-                    break
-                } catch {
-                    last = error
-                    logger.info("reconnect attempt \(attempt) failed: \(error.message)")
-                    action = reconnection.attemptFailed()
-                }
-            }
-            guard let reconnected else {
-                say("cf-access-tcp: Connection lost: could not reconnect after \(reconnection.attemptsMade) attempts: \(last.message)")
+            guard let reconnected = await reconnectAfterLoss(failure, action: action, reconnection: &reconnection,
+                                                    lineStart: "\r\n") else {
                 return ExitStatus.connectionLost.rawValue
             }
-            say("Reconnected.")
             (tunnel, session) = reconnected
             raw?.enterRawAgain()
         }

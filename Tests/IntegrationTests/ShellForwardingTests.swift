@@ -88,6 +88,35 @@ struct ShellForwardingTests {
         #expect(!loopbackPortAccepts(port), "the forward's port is still open after the tool ended")
     }
 
+    @Test("-N reconnects like a shell: the edge dies and comes back on its port, the tool says so, and the same local port forwards again")
+    func forwardsOnlyReconnect() throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let echo = try TargetFixture(.echo)
+        let port = try freeLoopbackPort()
+        let tool = try ManagedProcess(
+            try TestPaths.binary("cf-access-tcp"),
+            world.arguments(user: world.sshd.keyUser,
+                            extra: ["-i", world.sshd.clientKeyPath.path, "-N", "-L", "\(port):127.0.0.1:\(echo.port)"]),
+            environment: world.environment(), removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"])
+        defer { tool.terminate() }
+        try tool.waitForStderr(containing: "Connected to \(testHost).", timeout: 60)
+        #expect(echoThrough(port: port, Array("before".utf8)) == nil)
+
+        // The edge dies (the tunnel with it) and comes back on the same port.
+        let edgePort = world.edge.port
+        world.edge.stop()
+        try tool.waitForStderr(containing: "Connection lost — reconnecting (1/3)…", timeout: 90)
+        let again = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(world.sshd.port)",
+                                    serviceTokens: [(testTokenID, testTokenSecret)], listen: "127.0.0.1:\(edgePort)")
+        try tool.waitForStderr(containing: "Reconnected.", timeout: 90)
+        // The listener stayed bound: the same port reaches the target through the new session.
+        #expect(echoThrough(port: port, Array("after the reconnect".utf8)) == nil)
+        tool.send(signal: SIGTERM)
+        #expect(try tool.waitForExit(timeout: 30) == 143)
+        withExtendedLifetime(again) {}
+    }
+
     @Test("-L with a command: a forwarded connection works while the command runs, and the tool waits for it to close before it exits with the command's status")
     func forwardWithCommand() throws {
         let world = try ShellWorld()
