@@ -256,6 +256,10 @@ public final class SSHSession: @unchecked Sendable {
         if !hostKeysOffered.isEmpty {
             _ = libssh2_session_method_pref(raw, LIBSSH2_METHOD_HOSTKEY, hostKeysOffered.joined(separator: ","))
         }
+        for method in [LIBSSH2_METHOD_CRYPT_CS, LIBSSH2_METHOD_CRYPT_SC] {
+            let ciphers = CipherAlgorithms.preference(supported: supportedAlgorithms(method))
+            if !ciphers.isEmpty { _ = libssh2_session_method_pref(raw, method, ciphers.joined(separator: ",")) }
+        }
         let deadline = self.deadline()
         box.scanning = true
         let rc: Int32

@@ -85,6 +85,19 @@ struct HandshakeTests {
         #expect(KexInit.parse(packet: other) == nil)
     }
 
+    @Test("ciphers: OpenSSH's client order first (aes128-ctr before aes256-ctr with libssh2 1.10), then libssh2's other ciphers in its order")
+    func cipherOrder() {
+        let libssh2_1_10 = ["aes256-ctr", "aes192-ctr", "aes128-ctr", "aes256-cbc", "rijndael-cbc@lysator.liu.se",
+                            "aes192-cbc", "aes128-cbc", "3des-cbc"]
+        #expect(CipherAlgorithms.preference(supported: libssh2_1_10)
+                == ["aes128-ctr", "aes192-ctr", "aes256-ctr", "aes256-cbc", "rijndael-cbc@lysator.liu.se",
+                    "aes192-cbc", "aes128-cbc", "3des-cbc"])
+        let withGCM = ["aes256-gcm@openssh.com", "aes128-gcm@openssh.com"] + libssh2_1_10
+        #expect(Array(CipherAlgorithms.preference(supported: withGCM).prefix(5))
+                == ["aes128-ctr", "aes192-ctr", "aes256-ctr", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com"])
+        #expect(CipherAlgorithms.preference(supported: []) == [])
+    }
+
     @Test("host-key algorithms: the known types first (RSA as rsa-sha2 then ssh-rsa), then OpenSSH's order; only what libssh2 supports; never certificates or DSA")
     func hostKeyOrder() {
         let libssh2_1_10 = ["ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
