@@ -69,7 +69,7 @@ private func outcome(of task: Task<TunnelFailure?, Never>, within seconds: Doubl
 /// and the login — no more polls, the cross-process lock released by the time the call returns —
 /// and `disconnect()` ends a login in progress. Real clock, the emulator holding each transfer
 /// poll 20 s as Cloudflare's service holds it.
-@Suite("cancellation of connects and logins (real clock)", .serialized)
+@Suite("cancellation of connects and logins (real clock)", .serialized, .ownThreads)
 struct CancellationTests {
     /// The world with a login nobody completes until the test says so, and a login under way in
     /// `task`. When the login does not get there, the failure says how far it got and how the
