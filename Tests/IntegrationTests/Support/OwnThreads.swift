@@ -18,6 +18,11 @@ import Testing
 /// tasks and the default actors it calls run on threads made for it, one per ready job, so
 /// blocking there holds no pool thread. Unstructured `Task {}`s — the library's own tasks —
 /// still run on the pool, which now stays free for them.
+///
+/// The pool's two threads also used to bound how many blocking tests ran at once; without that
+/// bound every suite's test starts together (emulators, sshd, tools), and on two cores fixtures
+/// missed their own start-up bounds. So at most `TestSlots.shared` tests of these suites run at
+/// once; the others wait for a slot without holding a thread.
 struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
     var isRecursive: Bool { true }
 
@@ -25,6 +30,8 @@ struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
                       performing function: @Sendable () async throws -> Void) async throws {
         // The suite's own scope has no test body to move.
         guard testCase != nil else { return try await function() }
+        await TestSlots.shared.acquire()
+        defer { TestSlots.shared.release() }
         let executor = TestThreads(name: "test " + test.name.prefix(10))
         defer { executor.finish() }
         try await withTaskExecutorPreference(executor) { try await function() }
@@ -96,5 +103,46 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
             condition.lock()
             idle += 1
         }
+    }
+}
+
+/// A counting semaphore for tests: `acquire()` waits (suspended, holding no thread) for a free
+/// slot, first come first served; `release()` hands the slot on.
+final class TestSlots: @unchecked Sendable {
+    /// The slots of `.ownThreads` tests: one more than the cores.
+    static let shared = TestSlots(count: ProcessInfo.processInfo.activeProcessorCount + 1)
+
+    private let lock = NSLock()
+    private var free: Int
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    init(count: Int) {
+        free = max(1, count)
+    }
+
+    func acquire() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            lock.lock()
+            if free > 0 {
+                free -= 1
+                lock.unlock()
+                continuation.resume()
+            } else {
+                waiters.append(continuation)
+                lock.unlock()
+            }
+        }
+    }
+
+    func release() {
+        lock.lock()
+        guard !waiters.isEmpty else {
+            free += 1
+            lock.unlock()
+            return
+        }
+        let next = waiters.removeFirst()
+        lock.unlock()
+        next.resume()
     }
 }
