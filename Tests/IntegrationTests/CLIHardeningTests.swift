@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The command line against hostile files and secret-looking headers (issue 12.4, 12.9).
-@Suite("command line hardening", .serialized)
+@Suite("command line hardening", .serialized, .ownThreads)
 struct CLIHardeningTests {
     @Test("--logfile naming a symbolic link is refused; the link's target is neither written nor chmodded")
     func logFileSymlinkRefused() throws {

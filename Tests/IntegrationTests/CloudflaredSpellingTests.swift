@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// Spellings users paste from cloudflared's documentation are understood (issue 11.13).
-@Suite("cloudflared spellings")
+@Suite("cloudflared spellings", .ownThreads)
 struct CloudflaredSpellingTests {
     private func tool(_ arguments: [String], env: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
         try run(try TestPaths.binary("cf-access-tcp"), arguments, env: env, timeout: 30)

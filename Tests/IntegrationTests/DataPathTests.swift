@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// Bytes through the listener: integrity, concurrency, flow control and prompt closing.
-@Suite("data path", .serialized)
+@Suite("data path", .serialized, .ownThreads)
 struct DataPathTests {
     /// Sends `payload` and reads as many bytes back at the same time; returns the SHA-256 of what came back.
     private func echoRoundTrip(port: Int, payload: [UInt8]) throws -> (received: Int, sha256: String) {

@@ -3,7 +3,7 @@ import Testing
 
 /// The emulator behaves as Cloudflare's service does where clients depend on it (issue 11.8,
 /// 11.9), and our client copes with that behaviour.
-@Suite("emulator fidelity", .serialized)
+@Suite("emulator fidelity", .serialized, .ownThreads)
 struct EmulatorFidelityTests {
     @Test("a transfer poll for an unfinished login is held, and the login completed meanwhile is delivered on it")
     func heldTransferPoll() throws {

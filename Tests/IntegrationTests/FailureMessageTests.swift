@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// Every refusal ends the process quickly with its own plain one-line message.
-@Suite("failures are plain and fast", .serialized)
+@Suite("failures are plain and fast", .serialized, .ownThreads)
 struct FailureMessageTests {
     /// Runs cf-access-tcp in ProxyCommand mode with stdin held open (as ssh does) and returns its
     /// exit status and stderr; the process must end by itself within `limit` seconds.

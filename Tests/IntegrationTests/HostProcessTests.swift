@@ -52,7 +52,7 @@ private func httpsGetWithOpenSSL(port: Int, caFile: String, path: String) throws
 
 /// Issue 19.2: the library leaves the host process alone. It defines no symbol of another library
 /// (before: `SSL_read` for the whole process) and changes no process-wide state.
-@Suite("the library in a host process", .serialized)
+@Suite("the library in a host process", .serialized, .ownThreads)
 struct HostProcessTests {
     @Test("the process's SSL_read is OpenSSL's, and its own HTTPS request works while a tunnel carries bytes")
     func ownOpenSSLBesideATunnel() async throws {

@@ -51,7 +51,7 @@ private func echo(_ client: ClientSocket, _ text: String) throws -> String {
     return String(decoding: back, as: UTF8.self)
 }
 
-@Suite("library against the emulator and a real sshd", .serialized)
+@Suite("library against the emulator and a real sshd", .serialized, .ownThreads)
 struct LibraryIntegrationTests {
     @Test("the example target connects with a service token and runs an SSH command through the port")
     func exampleTarget() throws {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// The `login`, `token`, `logout` and `ssh-config` subcommands, run as the built binary.
-@Suite("login subcommands (the built binary)")
+@Suite("login subcommands (the built binary)", .ownThreads)
 struct LoginCommandLineTests {
     static let appHost = "ssh.login.test"
     static let authDomain = "emulator.cloudflareaccess.com"

@@ -9,7 +9,7 @@ import Glibc
 /// Issue 3 end to end: `cf-access-tcp` with no credential logs in through the emulator (app
 /// discovery, JWKS, the transfer flow, the org-token exchange), caches tokens where cloudflared
 /// keeps them, shares one login between processes and connections, and heals after a revocation.
-@Suite("login end to end", .serialized)
+@Suite("login end to end", .serialized, .ownThreads)
 struct LoginEndToEndTests {
     @Test("ssh with no credential logs in once, the next ssh uses the cache, a revoked token heals")
     func sshLogsInOnceThenUsesTheCache() throws {
@@ -290,7 +290,7 @@ struct LoginEndToEndTests {
 
 /// Every bad answer of the login protocol ends the client with one plain line, quickly, and
 /// leaves no token file behind.
-@Suite("login faults end to end", .serialized)
+@Suite("login faults end to end", .serialized, .ownThreads)
 struct LoginFaultTests {
     @Test("bad application metadata", arguments: [
         ("missing", "No Access application at https://\(testHost)/"),

@@ -40,7 +40,7 @@ final class WebsockifyFixture: @unchecked Sendable {
 }
 
 /// Issue 11.1: an origin without an Access application just works with no credential.
-@Suite("origins without Access", .serialized)
+@Suite("origins without Access", .serialized, .ownThreads)
 struct NonAccessOriginTests {
     @Test("ssh through ProxyCommand with no credential, via websockify in front of sshd, runs a command")
     func sshThroughWebsockify() throws {

@@ -48,7 +48,7 @@ private func knownHosts(_ keyLine: String) throws -> URL {
     return file
 }
 
-@Suite("a package outside the repository, and swift-nio-ssh over a tunnel", .serialized)
+@Suite("a package outside the repository, and swift-nio-ssh over a tunnel", .serialized, .ownThreads)
 struct OutsidePackageTests {
     @Test("a package depending on CFAccessTCP and CFAccessSSH by URL and version builds, tunnels, and runs an SSH command")
     func librariesByVersion() throws {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// HTTPS_PROXY / NO_PROXY for the WebSocket dial, through a real CONNECT proxy.
-@Suite("HTTPS_PROXY", .serialized)
+@Suite("HTTPS_PROXY", .serialized, .ownThreads)
 struct ProxyTests {
     private func roundTrip(edge: EdgeFixture, environment: [String: String]) throws -> (Data, Int32, String) {
         let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), try clientArguments(edge: edge),

@@ -49,7 +49,7 @@ private final class MemoryPasswords: SSHPasswordStore {
 
 /// The embedded SSH library (`CFAccessSSH.SSHSession`) over a tunnel stream, against the
 /// emulator and a real sshd (issue 10, point 8).
-@Suite("SSHSession library over a tunnel stream", .serialized)
+@Suite("SSHSession library over a tunnel stream", .serialized, .ownThreads)
 struct SSHSessionLibraryTests {
     private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture, hostKeys: any SSHHostKeyDelegate = RecordingHostKeys(),
                              keepalive: SSHKeepalive = SSHKeepalive()) async throws -> (AccessTunnel, SSHSession) {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// A real OpenSSH client and server talking through cf-access-tcp and the edge emulator.
-@Suite("ssh through the tunnel", .serialized)
+@Suite("ssh through the tunnel", .serialized, .ownThreads)
 struct SSHThroughTunnelTests {
     @Test("ProxyCommand: key user runs a command")
     func proxyCommandKeyUser() throws {

@@ -9,7 +9,7 @@ import Glibc
 #endif
 
 /// No secret reaches a log line, at any level.
-@Suite("secrets never reach logs", .serialized)
+@Suite("secrets never reach logs", .serialized, .ownThreads)
 struct SecretLoggingTests {
     @Test("library: the carrier at trace level through a real tunnel and a refusal")
     func libraryLogsHaveNoSecrets() throws {

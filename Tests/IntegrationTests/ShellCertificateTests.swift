@@ -7,7 +7,7 @@ import Glibc
 /// `cf-access-tcp shell` with the Access short-lived SSH certificate (issue 17): libssh2 presents
 /// the OpenSSH certificate itself, to an sshd that trusts only the emulator's SSH user CA (no
 /// authorized_keys), through the emulator, logged in with the (scripted) browser.
-@Suite("shell mode with short-lived SSH certificates", .serialized)
+@Suite("shell mode with short-lived SSH certificates", .serialized, .ownThreads)
 struct ShellCertificateTests {
     /// Runs `shell` as cfat-key on `world` with `extra` flags and `command`; a private HOME with
     /// no keys, no agent, no service token.

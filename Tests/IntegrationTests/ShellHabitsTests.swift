@@ -9,7 +9,7 @@ import Glibc
 /// ~/.ssh/config, ssh's letters, the environment and terminal modes, scripts with a closed
 /// stdout, and a terminal free of log lines — against real sshd through the emulator, the tool
 /// driven like a person (tmux) or a script.
-@Suite("shell mode with OpenSSH habits: ssh_config, ssh's letters, SendEnv, terminal modes, scripts", .serialized)
+@Suite("shell mode with OpenSSH habits: ssh_config, ssh's letters, SendEnv, terminal modes, scripts", .serialized, .ownThreads)
 struct ShellHabitsTests {
     /// Writes `text` as the world's ~/.ssh/config (0600).
     private func writeConfig(_ text: String, in world: ShellWorld, name: String = "config") throws -> URL {

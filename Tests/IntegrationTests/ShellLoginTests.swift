@@ -7,7 +7,7 @@ import Glibc
 /// `cf-access-tcp shell` logging in as a person would (issue 16, points 7, 8, 10): prompts that
 /// wait for the person, PAM's Password prompt and the keyring, `-i` keys and many agent keys,
 /// against real sshd through the emulator.
-@Suite("shell mode logins: prompts without a clock, PAM and the keyring, -i and agent keys", .serialized)
+@Suite("shell mode logins: prompts without a clock, PAM and the keyring, -i and agent keys", .serialized, .ownThreads)
 struct ShellLoginTests {
     /// A world whose emulator reaches a PAM sshd (keyboard-interactive only), its host key known.
     private func pamWorld() throws -> (PAMSSHDFixture, ShellWorld, EdgeFixture) {

@@ -6,7 +6,7 @@ import Glibc
 
 /// `cf-access-tcp shell` without a terminal: exec, stdin, exit status, host keys, keys, agent,
 /// plain failures (issue 10), against a real sshd through the emulator.
-@Suite("shell mode: commands, host keys, keys, errors", .serialized)
+@Suite("shell mode: commands, host keys, keys, errors", .serialized, .ownThreads)
 struct ShellModeTests {
     @Test("exec: stdout and stderr stay apart and the remote exit status is the tool's")
     func execStatusAndStreams() throws {

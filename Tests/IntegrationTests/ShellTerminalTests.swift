@@ -6,7 +6,7 @@ import Glibc
 
 /// `cf-access-tcp shell` driven through a real pseudo-terminal (tmux send-keys / capture-pane):
 /// password prompts, the keyring, the interactive shell, reconnect (issue 10).
-@Suite("shell mode on a terminal: passwords, keyring, PTY shell, reconnect", .serialized)
+@Suite("shell mode on a terminal: passwords, keyring, PTY shell, reconnect", .serialized, .ownThreads)
 struct ShellTerminalTests {
     @Test("password: typed on the terminal without echo; a wrong one gives Authentication failed and a retry; no Secret Service: no offer, one line why")
     func passwordRetryWithoutKeyring() throws {

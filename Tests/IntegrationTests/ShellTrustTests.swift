@@ -7,7 +7,7 @@ import Glibc
 
 /// `cf-access-tcp shell` against hostile and misconfigured SSH servers (issue 16, points 1–4
 /// and 9): a paramiko server (`scripts/hostile-ssh.py`) or a real sshd behind the emulator.
-@Suite("shell mode against hostile and misconfigured servers", .serialized)
+@Suite("shell mode against hostile and misconfigured servers", .serialized, .ownThreads)
 struct ShellTrustTests {
     /// A world whose emulator reaches `target` (the hostile server), with a real sshd next to it
     /// (unused by these tests, required by the world).

@@ -6,7 +6,7 @@ import Glibc
 
 /// New connections to the edge resume the TLS session of earlier ones (issue 5: connection setup),
 /// and fall back to a full, verified handshake when the edge cannot resume.
-@Suite("TLS session resumption", .serialized)
+@Suite("TLS session resumption", .serialized, .ownThreads)
 struct TLSResumptionTests {
     /// One echoed byte string through the listener, on a new connection.
     private func echoOnce(port: Int, _ text: String) throws {

@@ -8,7 +8,7 @@ import Glibc
 
 /// Issue 12.3: a listener logged in with OAuth, the edge revoking every app token, then 20
 /// connections at once, wave after wave: not one connection may fail.
-@Suite("token refresh under load", .serialized)
+@Suite("token refresh under load", .serialized, .ownThreads)
 struct TokenRefreshRaceTests {
     @Test("revocation waves with 20 parallel connections each: zero failed connections")
     func revocationWaves() throws {

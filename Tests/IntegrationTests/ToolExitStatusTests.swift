@@ -56,7 +56,7 @@ final class SilentServer: @unchecked Sendable {
 /// The tool's exit statuses that no other suite checks: a signal during the login subcommands
 /// (README "Exit status": 130 for SIGINT, 143 for SIGTERM). Every other status is checked where
 /// its failure is provoked (HonestEndingTests, LoginCommandLineTests, ShellTerminalTests, …).
-@Suite("tool exit statuses", .serialized)
+@Suite("tool exit statuses", .serialized, .ownThreads)
 struct ToolExitStatusTests {
     @Test("SIGTERM while `login` waits for the browser: exit 143, no lock left behind")
     func loginTerminated() throws {

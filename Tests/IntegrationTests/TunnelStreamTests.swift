@@ -13,7 +13,7 @@ private let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 /// The byte-stream form of `openStream` (issue 19 §4): async reads of chunks, async writes,
 /// half-close, cancellation, and the descriptor as the escape hatch — through the emulator to a
 /// real TCP target, and through websockify (a WebSocket server we did not write).
-@Suite("TunnelStream: async bytes over the tunnel", .serialized)
+@Suite("TunnelStream: async bytes over the tunnel", .serialized, .ownThreads)
 struct TunnelStreamTests {
     private static func options(port: Int, linger: Duration = .seconds(1)) throws -> AccessTunnel.Options {
         AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(port)"), caFile: try certs().caFile.path,

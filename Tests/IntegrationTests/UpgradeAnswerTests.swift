@@ -45,7 +45,7 @@ final class UpgradeEdge: @unchecked Sendable {
 }
 
 /// Issue 12.6: each broken answer gets its true reason, not "Network unavailable".
-@Suite("broken upgrade answers", .serialized)
+@Suite("broken upgrade answers", .serialized, .ownThreads)
 struct UpgradeAnswerTests {
     private func runTool(_ arguments: [String]) throws -> (status: Int32, stderr: String) {
         let result = try run(try TestPaths.binary("cf-access-tcp"), arguments, timeout: 40)

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// `cf-access-tcp --version` (issue 18.4): what a bug report needs.
-@Suite("version report")
+@Suite("version report", .ownThreads)
 struct VersionReportTests {
     @Test("--version, -v and version name the version, the git commit and every C library's version", arguments: [
         ["--version"], ["-v"], ["version"],

@@ -9,7 +9,7 @@ private let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 /// The scoped form (issue 19 §4): `withAccessTunnel { tunnel in … }` always disconnects — after a
 /// return, a throw and a cancellation — so its listener's port is free and its state
 /// `.disconnected` once it returns.
-@Suite("withAccessTunnel always disconnects", .serialized)
+@Suite("withAccessTunnel always disconnects", .serialized, .ownThreads)
 struct WithAccessTunnelTests {
     private struct Planned: Error {}
 

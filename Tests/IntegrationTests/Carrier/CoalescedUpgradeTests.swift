@@ -6,7 +6,7 @@ import Glibc
 
 /// Issue 12.1: bytes that arrive with the `101` (same TLS record) or right after it, whatever
 /// the record boundaries, reach the local side — in ProxyCommand (stdio) and listener mode.
-@Suite("bytes right after the 101", .serialized)
+@Suite("bytes right after the 101", .serialized, .ownThreads)
 struct CoalescedUpgradeTests {
     static let payload = "hello from the edge\n"
     /// The hostile edge's 101 response is 129 bytes; its frame is 2 + 20.

@@ -15,7 +15,7 @@ import Glibc
 /// index; a handshake that started before the new context then failed with "can't get wsi from
 /// ssl privdata" — seen as a rare TLS failure when tests (or a library user's tunnels) ran side
 /// by side. The hostile edge holds the first handshake while the second carrier starts.
-@Suite("carriers side by side", .serialized)
+@Suite("carriers side by side", .serialized, .ownThreads)
 struct ConcurrentCarrierTests {
     @Test("a second tunnel's carrier, started during the first one's TLS handshake, does not fail it")
     func secondCarrierDuringHandshake() async throws {
@@ -74,7 +74,7 @@ struct ConcurrentCarrierTests {
 
 /// The certificate-verify callback is ours (see `ConcurrentCarrierTests`): what it accepts and
 /// refuses, through the binary.
-@Suite("TLS verification policy of the carrier")
+@Suite("TLS verification policy of the carrier", .ownThreads)
 struct CarrierVerificationTests {
     private func run(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
         let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments, stdin: .pipe)

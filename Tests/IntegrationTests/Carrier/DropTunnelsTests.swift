@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The emulator's `drop-tunnels` admin call: every open tunnel is reset, new ones still work.
-@Suite("emulator drop-tunnels", .serialized)
+@Suite("emulator drop-tunnels", .serialized, .ownThreads)
 struct DropTunnelsTests {
     @Test("drop-tunnels resets the open tunnel, says how many it dropped, and later upgrades work")
     func dropsOpenTunnels() throws {

@@ -7,7 +7,7 @@ import Glibc
 
 /// Issues 11.5 and 11.6: a local half-close still gets the edge's reply; the Close handshake
 /// ends with a TLS close_notify; a malformed Close from the edge is answered with 1002.
-@Suite("half-close and the Close handshake", .serialized)
+@Suite("half-close and the Close handshake", .serialized, .ownThreads)
 struct HalfCloseAndCloseTests {
     @Test("stdio: `printf 'req\\n' | cf-access-tcp` against an echo target prints the reply and exits 0")
     func stdinEOFStillGetsTheReply() throws {

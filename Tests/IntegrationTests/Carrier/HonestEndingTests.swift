@@ -7,7 +7,7 @@ import Glibc
 
 /// Issues 11.2, 12.5, 11.3: every end that is not a clean close exits non-zero with one plain
 /// line naming what happened (also in --logfile); a clean close from either side exits 0.
-@Suite("honest endings of the command line", .serialized)
+@Suite("honest endings of the command line", .serialized, .ownThreads)
 struct HonestEndingTests {
     /// Runs the client in stdio mode, stdin held open as ssh does, until it exits by itself.
     private func runStdio(_ arguments: [String], limit: TimeInterval = 30) throws -> (status: Int32, stdout: String, stderr: String) {

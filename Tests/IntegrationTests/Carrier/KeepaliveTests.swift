@@ -7,7 +7,7 @@ import Glibc
 
 /// Issues 11.4 and 12.13: keepalive pings every interval of silence; a dead edge is noticed
 /// after three intervals even while we are sending.
-@Suite("keepalive against the hostile edge", .serialized)
+@Suite("keepalive against the hostile edge", .serialized, .ownThreads)
 struct KeepaliveTests {
     @Test("an idle tunnel with --keepalive 1 pings about every second, not every other one")
     func pingsEveryInterval() throws {

@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// Issue 12.2: an edge that floods pings and never reads cannot grow the client's memory.
-@Suite("ping flood from an edge that never reads", .serialized)
+@Suite("ping flood from an edge that never reads", .serialized, .ownThreads)
 struct PingFloodTests {
     @Test("stdio: the client's RSS stays under 96 MiB while the edge floods pings for 10 s, and it stops reading the flood")
     func pingFloodStaysBounded() throws {

@@ -62,7 +62,7 @@ private func isFailed(_ state: ConnectionState) -> Bool {
 
 /// Issue 13.3 / 11.7 / issue 10 "Also": the library's state leaves `.connected` when the tunnel
 /// ends, and says why.
-@Suite("library state follows the tunnel's end", .serialized)
+@Suite("library state follows the tunnel's end", .serialized, .ownThreads)
 struct TunnelEndStateTests {
     @Test("stream: the edge resets the tunnel (drop-tunnels) → failed, after idle → authenticating → connecting → connected in order")
     func streamResetByEdge() async throws {

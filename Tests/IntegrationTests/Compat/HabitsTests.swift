@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// What scripts and habits of cloudflared users rely on (issue 17, "What scripts and habits rely on").
-@Suite("cloudflared habits", .serialized)
+@Suite("cloudflared habits", .serialized, .ownThreads)
 struct HabitsTests {
     @Test("17.6: a repeated -H name sends every value, in order, each on its own line")
     func repeatedHeaderSendsEveryValue() throws {
@@ -86,7 +86,7 @@ struct HabitsTests {
 }
 
 /// Issue 17.1: `login` output for scripts, as cloudflared prints it.
-@Suite("login output for scripts", .serialized)
+@Suite("login output for scripts", .serialized, .ownThreads)
 struct LoginOutputTests {
     @Test("--no-verbose and -app=URL print the bare token; -q prints nothing; --auto-close asks the page to close itself")
     func scriptOutput() throws {
@@ -117,7 +117,7 @@ struct LoginOutputTests {
 }
 
 /// Issue 17.3 for the login requests, and 17.2 (`access curl`), against the login world.
-@Suite("login requests and access curl", .serialized)
+@Suite("login requests and access curl", .serialized, .ownThreads)
 struct LoginRequestHabitsTests {
     @Test("17.3: the login's HTTPS requests trust SSL_CERT_FILE when no --ca-file is given")
     func certificateFileForLogin() throws {

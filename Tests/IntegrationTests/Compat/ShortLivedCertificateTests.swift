@@ -7,7 +7,7 @@ import Glibc
 /// Issue 17: Access short-lived SSH certificates end to end — real `ssh` with the block
 /// `ssh-config --short-lived-cert` prints, through the emulator, to an sshd that trusts only the
 /// emulator's SSH user CA (no authorized_keys).
-@Suite("short-lived SSH certificates", .serialized)
+@Suite("short-lived SSH certificates", .serialized, .ownThreads)
 struct ShortLivedCertificateTests {
     /// An SSH user CA made by `cf-access-edge ssh-ca`, with its directory.
     final class SSHCA: @unchecked Sendable {
