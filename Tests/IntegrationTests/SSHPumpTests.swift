@@ -50,7 +50,7 @@ private final class Pipe: @unchecked Sendable {
 
 /// The channel pump (issue 16 point 6): bulk transfers through a real sshd and the emulator never
 /// pause, never lose a byte, whichever way the data goes.
-@Suite("SSH channel pump: bulk transfers without pauses", .serialized)
+@Suite("SSH channel pump: bulk transfers without pauses", .serialized, .ownThreads)
 struct SSHPumpTests {
     private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture,
                              keepalive: SSHKeepalive = SSHKeepalive(interval: .seconds(30))) async throws -> (AccessTunnel, SSHSession) {

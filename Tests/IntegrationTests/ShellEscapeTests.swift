@@ -6,7 +6,7 @@ import Glibc
 
 /// OpenSSH's escapes on an interactive `shell` (issue 16 point 14), typed into a real
 /// pseudo-terminal (tmux) against a real sshd through the emulator.
-@Suite("shell escapes: ~. ~? ~~ on the interactive session", .serialized)
+@Suite("shell escapes: ~. ~? ~~ on the interactive session", .serialized, .ownThreads)
 struct ShellEscapeTests {
     @Test("~? lists the escapes, ~~ sends one ~, a ~ in mid-line is text, ~. after a newline disconnects: status 0, terminal restored")
     func escapes() throws {
@@ -59,7 +59,7 @@ struct ShellEscapeTests {
 }
 
 /// Dead-link detection with the tool's defaults (issue 16 point 11).
-@Suite("shell: a dead link is noticed within three keepalive intervals", .serialized)
+@Suite("shell: a dead link is noticed within three keepalive intervals", .serialized, .ownThreads)
 struct ShellDeadLinkTests {
     @Test("defaults: keepalives every 10 s, so a silent connection (the edge frozen) ends a command with 75 about 30 s later, not after two minutes")
     func defaultDetection() throws {

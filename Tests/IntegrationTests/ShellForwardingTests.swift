@@ -8,7 +8,7 @@ import Glibc
 /// `shell -L [bind:]port:host:hostport` and `-N` (issue 16 point 13) against a real sshd through
 /// the emulator: each local connection is a `direct-tcpip` channel to an echo target that sshd
 /// reaches on its side.
-@Suite("shell -L and -N: local forwarding over the SSH session", .serialized)
+@Suite("shell -L and -N: local forwarding over the SSH session", .serialized, .ownThreads)
 struct ShellForwardingTests {
     /// Sends `bytes` through `port` (from a thread of its own) and reads them back; nil when they
     /// came back intact, else what went wrong.
