@@ -36,6 +36,8 @@ struct RootCommand: AsyncParsableCommand {
     /// parsed with cloudflared's spellings too (`access --fedramp tcp …`, see
     /// `CommandLineCompatibility`).
     static func main() async {
+        ToolProcess.refuseTooFewDescriptors()
+        ToolProcess.reserveMainQueueDescriptor()
         let arguments = Array(CommandLine.arguments.dropFirst())
         if VersionReport.isRequested(by: arguments) {
             print(VersionReport.text())

@@ -1,4 +1,5 @@
 internal import CCFOpenSSL
+internal import CCFShim
 internal import CCFWebSockets
 import AccessTransport
 import Logging
@@ -17,6 +18,28 @@ enum ToolProcess {
     /// its global state under them corrupts the heap. The first initialisation decides, so this
     /// runs before any other OpenSSL call of the process.
     private static let openSSLWithoutExitCleanup: Bool = OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_ATEXIT), nil) == 1
+
+    /// Below this many descriptors the tool does not start: stdin, stdout, stderr and
+    /// libdispatch's own (its event loop, its wake-up, the main queue's handle) leave at most one,
+    /// and libdispatch aborts (SIGILL) when its thread monitor or the main thread's exit finds no
+    /// descriptor free, which under `ulimit -n 6` happened in one start in five.
+    static let minimumDescriptors = 8
+
+    /// Ends the process with the usual "Too many open files" line and 74 when the limit is below
+    /// ``minimumDescriptors``, before libdispatch needs more of them. Call it first thing.
+    static func refuseTooFewDescriptors() {
+        guard let limit = FileDescriptors.limit, limit < minimumDescriptors else { return }
+        writeStderr("cf-access-tcp: Too many open files (the limit is \(limit)): cf-access-tcp needs at least \(minimumDescriptors); raise the limit with `ulimit -n`")
+        exit(ExitStatus.localIO.rawValue)
+    }
+
+    /// libdispatch's main-queue descriptor, made now rather than when the main thread parks
+    /// (CCFShim.h): a second after the start, the main thread's exit makes it, and a tool at its
+    /// descriptor limit by then (a slow start under a small `ulimit -n`) died with SIGILL there.
+    /// Call it first thing, after ``refuseTooFewDescriptors()``.
+    static func reserveMainQueueDescriptor() {
+        _ = CCFShim_prepare_main_queue_handle()
+    }
 
     private static let lwsLogger = LockedBox<Logger?>(nil)
 

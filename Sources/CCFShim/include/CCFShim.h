@@ -44,4 +44,12 @@ static inline int CCFShim_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, (
 // threads (AccessTransport's PThread): Swift's Glibc module has no pthread_setname_np.
 static inline int CCFShim_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL); }
 
+// libdispatch's main-queue handle (an eventfd on Linux), made once (dispatch_once) by whoever
+// asks first. When an async main parks the main thread, libdispatch makes it during that
+// thread's exit and aborts (SIGILL) if no descriptor is left by then, which a tool started under
+// a tiny RLIMIT_NOFILE could hit while its first task opened sockets. The tool asks first, before
+// anything else; the libraries never call it.
+extern int _dispatch_get_main_queue_handle_4CF(void);
+static inline int CCFShim_prepare_main_queue_handle(void) { return _dispatch_get_main_queue_handle_4CF(); }
+
 #endif
