@@ -524,7 +524,7 @@ public final class SSHSession: @unchecked Sendable {
 
     /// Opens an interactive channel with a pseudo-terminal (its type, size and modes from
     /// `terminal`): the login shell, or `command` (e.g. `tmux new-session -A -s main`), with
-    /// `environment` asked for first. Run it with ``SSHInteractiveChannel/run(input:output:)``.
+    /// `environment` asked for first. Run it with ``SSHInteractiveChannel/run(input:output:escapes:)``.
     public func openShell(terminal: SSHTerminal, command: String? = nil, environment: [String: String] = [:]) async throws(SSHFailure)
         -> SSHInteractiveChannel {
         let control = try ChannelControl()
