@@ -55,22 +55,8 @@ final class SocketIO: @unchecked Sendable {
     /// libssh2 sends `length` bytes: straight to the socket when nothing waits, the rest queued.
     func send(_ buffer: UnsafeRawPointer, _ length: Int, flags: Int32) -> Int {
         if let sendError { return -Int(sendError) }
-        var offset = 0
-        if pendingOutbound == 0 {
-            while offset < length {
-                let n = Glibc.send(fd, buffer + offset, length - offset, flags | Int32(MSG_NOSIGNAL))
-                if n > 0 {
-                    offset += n
-                } else if n < 0 && errno == EINTR {
-                    continue
-                } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    break
-                } else {
-                    sendError = n < 0 ? errno : EPIPE
-                    return -Int(sendError!)
-                }
-            }
-        }
+        let offset = pendingOutbound == 0 ? sendNow(buffer, length, flags: flags) : 0
+        if let sendError { return -Int(sendError) }
         if offset < length {
             if outboundStart > 0 && outboundStart == outbound.count {
                 outbound.removeAll(keepingCapacity: true)
@@ -81,22 +67,33 @@ final class SocketIO: @unchecked Sendable {
         return length
     }
 
-    /// Sends what is queued, as far as the socket takes it. False once sending failed.
-    @discardableResult
-    func flush() -> Bool {
-        while pendingOutbound > 0 && sendError == nil {
-            let n = outbound.withUnsafeBytes { bytes in
-                Glibc.send(fd, bytes.baseAddress! + outboundStart, pendingOutbound, Int32(MSG_NOSIGNAL))
-            }
+    /// Sends as much of `length` bytes as the socket takes now (until EAGAIN); how many it took.
+    /// A failure is kept in `sendError` (what was taken before it still counts).
+    private func sendNow(_ buffer: UnsafeRawPointer, _ length: Int, flags: Int32) -> Int {
+        var offset = 0
+        while offset < length {
+            let n = Glibc.send(fd, buffer + offset, length - offset, flags | Int32(MSG_NOSIGNAL))
             if n > 0 {
-                outboundStart += n
+                offset += n
             } else if n < 0 && errno == EINTR {
                 continue
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 break
             } else {
                 sendError = n < 0 ? errno : EPIPE
+                break
             }
+        }
+        return offset
+    }
+
+    /// Sends what is queued, as far as the socket takes it. False once sending failed.
+    @discardableResult
+    func flush() -> Bool {
+        if pendingOutbound > 0 && sendError == nil {
+            let start = outboundStart, count = pendingOutbound
+            let sent = outbound.withUnsafeBytes { bytes in sendNow(bytes.baseAddress! + start, count, flags: 0) }
+            outboundStart += sent
         }
         if pendingOutbound == 0 {
             outbound.removeAll(keepingCapacity: outbound.count <= 4 * SocketIO.highWater)

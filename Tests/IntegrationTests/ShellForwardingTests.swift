@@ -151,7 +151,8 @@ struct ShellForwardingTests {
     @Test("bad -L and -N uses are one line and exit 64 (a taken port 74) before any connection; -L is not the tunnel's flag in shell, and --url is not in its help")
     func usage() throws {
         let world = try ShellWorld()
-        let taken = try SSHForwardPortHolder()
+        // A port that is bound and listening: the forward cannot have it.
+        let taken = try SilentServer()
         let cases: [([String], Int32, String)] = [
             (["-L", "8080:host"], 64, "-L 8080:host: expected [bind_address:]port:host:hostport"),
             (["-L", "x:host:80"], 64, "-L x:host:80: expected [bind_address:]port:host:hostport"),
@@ -173,32 +174,4 @@ struct ShellForwardingTests {
         #expect(!help.stdout.contains("-L,"), "shell's help gives -L to the tunnel")
         try world.edge.waitForStats(host: testHost) { $0.upgradesAccepted == 0 }
     }
-}
-
-/// Holds a loopback port (bound and listening) so another listener cannot have it.
-private final class SSHForwardPortHolder {
-    let fd: Int32
-    let port: Int
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(fd, 1) == 0 else {
-            close(fd)
-            throw FixtureError("cannot hold a port")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        self.fd = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    deinit { close(fd) }
 }
