@@ -230,20 +230,22 @@ final class ShellRunner {
                 await tunnel.disconnect()
                 return status(of: end)
             }
-            await session.disconnect(description: "connection lost")
-            await tunnel.disconnect()
-            guard let reconnected = await reconnectAfterLoss(failure, action: action, reconnection: &reconnection,
-                                                    lineStart: "") else {
+            guard let reconnected = await reconnectAfterLoss(failure, closing: (tunnel, session), action: action,
+                                                             reconnection: &reconnection, lineStart: "") else {
                 return ExitStatus.connectionLost.rawValue
             }
             (tunnel, session) = reconnected
         }
     }
 
-    /// After a lost connection: new tunnels and sessions as `action` and the policy say, each
-    /// attempt announced. The new pair, or nil once the last attempt failed (said in one line).
-    private func reconnectAfterLoss(_ failure: SSHFailure, action: SSHReconnection.Action,
-                           reconnection: inout SSHReconnection, lineStart: String) async -> (AccessTunnel, SSHSession)? {
+    /// After a lost connection: the lost session and tunnel closed, then new ones as `action` and
+    /// the policy say, each attempt announced. The new pair, or nil once the last attempt failed (said in one line).
+    private func reconnectAfterLoss(_ failure: SSHFailure, closing lost: (AccessTunnel, SSHSession),
+                                    action: SSHReconnection.Action, reconnection: inout SSHReconnection,
+                                    lineStart: String) async -> (AccessTunnel, SSHSession)? {
+        let (lostTunnel, lostSession) = lost
+        await lostSession.disconnect(description: "connection lost")
+        await lostTunnel.disconnect()
         var action = action
         var last = Stop(message: failure.message, status: ExitStatus(failure))
         while case .reconnect(let attempt, let attempts, let delay) = action {
@@ -322,10 +324,8 @@ final class ShellRunner {
                 return status(of: end)
             }
             raw?.restore()
-            await session.disconnect(description: "connection lost")
-            await tunnel.disconnect()
-            guard let reconnected = await reconnectAfterLoss(failure, action: action, reconnection: &reconnection,
-                                                    lineStart: "\r\n") else {
+            guard let reconnected = await reconnectAfterLoss(failure, closing: (tunnel, session), action: action,
+                                                             reconnection: &reconnection, lineStart: "\r\n") else {
                 return ExitStatus.connectionLost.rawValue
             }
             (tunnel, session) = reconnected
