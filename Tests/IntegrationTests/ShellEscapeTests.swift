@@ -65,11 +65,9 @@ struct ShellDeadLinkTests {
     func defaultDetection() throws {
         let world = try ShellWorld()
         try world.trustHostKey()
-        let tool = try ManagedProcess(
-            try TestPaths.binary("cf-access-tcp"),
+        let tool = try world.startTool(
             world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path],
-                            command: ["echo running; sleep 600"]),
-            environment: world.environment(), removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"])
+                            command: ["echo running; sleep 600"]))
         defer { tool.terminate() }
         _ = try tool.waitForLine(matching: "running", timeout: 60)
         kill(world.edge.process.pid, SIGSTOP)

@@ -39,12 +39,10 @@ struct ShellForwardingTests {
         try world.trustHostKey()
         let echo = try TargetFixture(.echo)
         let port = try freeLoopbackPort(), refusedPort = try freeLoopbackPort(), closed = try freeLoopbackPort()
-        let tool = try ManagedProcess(
-            try TestPaths.binary("cf-access-tcp"),
+        let tool = try world.startTool(
             world.arguments(user: world.sshd.keyUser,
                             extra: ["-i", world.sshd.clientKeyPath.path, "-N", "-L", "\(port):127.0.0.1:\(echo.port)",
-                                    "-L", "127.0.0.1:\(refusedPort):127.0.0.1:\(closed)"]),
-            environment: world.environment(), removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"])
+                                    "-L", "127.0.0.1:\(refusedPort):127.0.0.1:\(closed)"]))
         defer { tool.terminate() }
         try tool.waitForStderr(containing: "Connected to \(testHost).", timeout: 60)
         #expect(loopbackPortAccepts(port))
@@ -94,11 +92,9 @@ struct ShellForwardingTests {
         try world.trustHostKey()
         let echo = try TargetFixture(.echo)
         let port = try freeLoopbackPort()
-        let tool = try ManagedProcess(
-            try TestPaths.binary("cf-access-tcp"),
+        let tool = try world.startTool(
             world.arguments(user: world.sshd.keyUser,
-                            extra: ["-i", world.sshd.clientKeyPath.path, "-N", "-L", "\(port):127.0.0.1:\(echo.port)"]),
-            environment: world.environment(), removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"])
+                            extra: ["-i", world.sshd.clientKeyPath.path, "-N", "-L", "\(port):127.0.0.1:\(echo.port)"]))
         defer { tool.terminate() }
         try tool.waitForStderr(containing: "Connected to \(testHost).", timeout: 60)
         #expect(echoThrough(port: port, Array("before".utf8)) == nil)
@@ -123,11 +119,9 @@ struct ShellForwardingTests {
         try world.trustHostKey()
         let echo = try TargetFixture(.echo)
         let port = try freeLoopbackPort()
-        let tool = try ManagedProcess(
-            try TestPaths.binary("cf-access-tcp"),
+        let tool = try world.startTool(
             world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path, "-L", "\(port):127.0.0.1:\(echo.port)"],
-                            command: ["echo started; sleep 3; echo finished; exit 6"]),
-            environment: world.environment(), removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"])
+                            command: ["echo started; sleep 3; echo finished; exit 6"]))
         defer { tool.terminate() }
         _ = try tool.waitForLine(matching: "started", timeout: 60)
         let client = try ClientSocket(port: port)

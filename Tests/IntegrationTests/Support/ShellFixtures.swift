@@ -49,13 +49,17 @@ final class ShellWorld: @unchecked Sendable {
         return environment
     }
 
+    /// Starts the tool without a terminal (this world's environment, no agent, no session bus).
+    func startTool(_ arguments: [String], environment extra: [String: String] = [:],
+                   stdin: ManagedProcess.Input = .none) throws -> ManagedProcess {
+        try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments, environment: environment(extra),
+                           removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: stdin)
+    }
+
     /// Runs the tool to completion without a terminal.
     func runTool(_ arguments: [String], environment extra: [String: String] = [:], stdin: Data? = nil,
                  timeout: TimeInterval = 90) throws -> (status: Int32, stdout: String, stderr: String) {
-        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments,
-                                         environment: environment(extra),
-                                         removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"],
-                                         stdin: stdin.map { .data($0) } ?? .none)
+        let process = try startTool(arguments, environment: extra, stdin: stdin.map { .data($0) } ?? .none)
         let status = try process.waitForExit(timeout: timeout)
         return (status, process.stdoutText, process.stderrText)
     }
