@@ -61,6 +61,38 @@ struct TokenStoreAndLockTests {
         }
     }
 
+    /// Many takers at once (threads of this process, as two processes would be): in each round
+    /// exactly one gets the lock, also when they all find a stale lock and remove it. A lock seen while its record was still being written used to be
+    /// judged unreadable, so stale, and taken a second time (CI saw two logins for two processes).
+    @Test func racingTakersGetTheLockOnce() throws {
+        let temp = TemporaryDirectory()
+        defer { temp.remove() }
+        var quiet = Logger(label: "t")
+        quiet.logLevel = .error   // 300 "removing a stale login lock" lines say nothing here
+        let lock = FileLoginLock(directory: temp.path, logger: quiet)
+        let takers = 4
+        var doubleTakes = 0
+        for round in 0..<600 {
+            if round % 2 == 1 {
+                // Every other round starts with a stale lock (a dead holder) that all of them see.
+                _ = FileManager.default.createFile(atPath: temp.path + "/race-token.lock",
+                                                   contents: Data(#"{"pid":2147483000,"start_time":1}"#.utf8))
+            }
+            let handles = LockedBox<[any LoginLockHandle]>([])
+            DispatchQueue.concurrentPerform(iterations: takers) { _ in
+                if case .acquired(let handle)? = try? lock.tryAcquire(tokenFileName: "race-token") {
+                    handles.withLock { $0.append(handle) }
+                }
+            }
+            let taken = handles.withLock { $0 }
+            if taken.count != 1 { doubleTakes += 1 }
+            for handle in taken { handle.release() }
+        }
+        #expect(doubleTakes == 0, "rounds in which the lock was not taken exactly once")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: temp.path)
+        #expect(leftovers.isEmpty, "temporary or lock files left behind: \(leftovers)")
+    }
+
     /// Another real process holds the lock (python writes it the way PROTOCOL.md §3 says,
     /// computing its own start time from /proc); once it dies, the lock is reclaimed.
     @Test func lockOfAnotherProcessIsHeldThenReclaimedWhenItDies() throws {
