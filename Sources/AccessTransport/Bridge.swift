@@ -89,7 +89,13 @@ final class Bridge {
     /// Tells the machine what happened and performs what it says, in order.
     func apply(_ event: BridgeStateMachine.Event) {
         applyDepth += 1
-        for action in machine.handle(event, now: Self.now()) {
+        let endBefore = machine.end
+        let actions = machine.handle(event, now: Self.now())
+        // Said before the actions run: once they close the local socket, its peer may look at the log.
+        if endBefore == nil, case .keepaliveTimeout(let silence)? = machine.end {
+            logger.debug("connection \(id): the edge did not answer keepalive pings for \(silence.components.seconds) s; closing the tunnel")
+        }
+        for action in actions {
             perform(action)
         }
         applyDepth -= 1
@@ -453,11 +459,7 @@ final class Bridge {
             failDial(.timedOut)
             return
         }
-        let before = machine.end
         apply(.timer)
-        if before == nil, case .keepaliveTimeout(let silence)? = machine.end {
-            logger.debug("connection \(id): the edge did not answer keepalive pings for \(silence.components.seconds) s; closing the tunnel")
-        }
         updateInterest()
         rearmTimer()
     }
