@@ -61,6 +61,9 @@ let package = Package(
                        providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCFSodium", pkgConfig: "libsodium",
                        providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CCFLibSSH", pkgConfig: "libssh",
+                       providers: [.apt(["libssh-dev"])]),
+        // libssh2, for tests only: an SSH engine other than ours, over a tunnel stream.
         .systemLibrary(name: "CCFSSH2", pkgConfig: "libssh2",
                        providers: [.apt(["libssh2-1-dev"])]),
         .systemLibrary(name: "CCFQREncode", pkgConfig: "libqrencode",
@@ -87,12 +90,12 @@ let package = Package(
                                .product(name: "Logging", package: "swift-log"),
                                .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
-        // The embedded SSH client (issue 10): libssh2 over a tunnel stream, known_hosts, the
-        // Secret Service. A library of its own, so the tunnel library needs no libssh2.
+        // The embedded SSH client (issue 10): libssh over a tunnel stream, known_hosts, the
+        // Secret Service. A library of its own, so the tunnel library needs no libssh.
         // SSH policy lives here too, as delegates with ready implementations (known_hosts,
         // OpenSSH's authentication order, reconnect): the tool only adds flags and prompts.
         .target(name: "CFAccessSSH",
-                dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFSSH2",
+                dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFLibSSH",
                                .product(name: "Logging", package: "swift-log"),
                                .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),

@@ -3,15 +3,15 @@ import AccessTransport
 import CFAccessTCP
 import FoundationEssentials
 import SystemPackage
-internal import CCFSSH2
+internal import CCFLibSSH
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// libssh2's one-time global initialisation (crypto back end), done on first use.
-private let libssh2Initialised: Int32 = libssh2_init(0)
+/// libssh's one-time global initialisation (crypto back end), done on first use.
+private let libsshInitialised: Int32 = ssh_init()
 
-/// An SSH client session (libssh2) over a connected socket, typically a tunnel from
+/// An SSH client session (libssh) over a connected socket, typically a tunnel from
 /// `AccessTunnel.openStream(hostname:method:)`: handshake with the host-key check, authentication,
 /// commands and interactive shells. No TCP port is involved.
 ///
@@ -32,11 +32,11 @@ private let libssh2Initialised: Int32 = libssh2_init(0)
 /// is picked by an ``SSHUserAuthenticationDelegate`` (``SSHOrderedAuthentication``: OpenSSH's
 /// order) — or one ``SSHAuthenticationOffer`` is tried directly.
 ///
-/// libssh2 runs non-blocking on one thread of the session's own: every method hops to it, so
-/// the session may be used from any task; calls run one after another in order. A blocked
-/// call waits in `poll(2)` in the directions libssh2 asks for
-/// (`libssh2_session_block_directions`), bounded by ``Configuration/timeout`` while connecting and
-/// authenticating.
+/// libssh runs non-blocking on one thread of the session's own: every method hops to it, so
+/// the session may be used from any task; calls run one after another in order. A call that
+/// must wait for the server waits in `poll(2)` on the socket, bounded by
+/// ``Configuration/timeout`` while connecting and authenticating. libssh reads no
+/// configuration file and no known_hosts file of its own.
 public final class SSHSession: @unchecked Sendable {
     let fd: Int32
     let raw: OpaquePointer
@@ -46,6 +46,7 @@ public final class SSHSession: @unchecked Sendable {
     let box: SessionBox
     private var freed = false
     private var handshakeDone = false
+    private var authenticated = false
     private let validatedKey = LockedBox<SSHHostKey?>(nil)
 
     /// The server's host key, once ``handshake()`` returned (the delegate accepted it).
@@ -57,7 +58,7 @@ public final class SSHSession: @unchecked Sendable {
         try self.init(descriptor: stream.fileDescriptor.rawValue, configuration: configuration, owning: stream)
     }
 
-    /// Creates a session on `fileDescriptor`, a connected stream socket (libssh2 calls send/recv
+    /// Creates a session on `fileDescriptor`, a connected stream socket (libssh calls send/recv
     /// on it) that the caller keeps owning: the escape hatch for a socket that is not a tunnel
     /// stream. The descriptor is made non-blocking.
     public convenience init(fileDescriptor: FileDescriptor, configuration: Configuration) throws(SSHFailure) {
@@ -65,31 +66,38 @@ public final class SSHSession: @unchecked Sendable {
     }
 
     private init(descriptor fileDescriptor: Int32, configuration: Configuration, owning stream: TunnelStream?) throws(SSHFailure) {
-        guard libssh2Initialised == 0 else {
-            throw SSHFailure(.protocolError, "libssh2 could not be initialised (libssh2_init returned \(libssh2Initialised))")
+        guard libsshInitialised == 0 else {
+            throw SSHFailure(.protocolError, "libssh could not be initialised (ssh_init returned \(libsshInitialised))")
         }
-        guard let session = CCFSSH2_session_init() else {
-            throw SSHFailure(.localIO, "libssh2 could not create a session (out of memory)")
+        guard let session = ssh_new() else {
+            throw SSHFailure(.localIO, "libssh could not create a session (out of memory)")
         }
         let flags = fcntl(fileDescriptor, F_GETFL)
         _ = fcntl(fileDescriptor, F_SETFL, flags | O_NONBLOCK)
-        libssh2_session_set_blocking(session, 0)
+        // libssh closes the socket it is given (on ssh_disconnect, ssh_free, and some errors), but
+        // the stream (or the caller) owns the descriptor: libssh gets a duplicate of its own.
+        var socket = fcntl(fileDescriptor, F_DUPFD_CLOEXEC, 0)
+        guard socket >= 0 else {
+            ssh_free(session)
+            throw SSHFailure(.localIO, "cannot duplicate the socket: \(String(cString: strerror(errno)))")
+        }
+        var no: Int32 = 0
+        var quiet: Int32 = 0
+        // No ~/.ssh/config or /etc/ssh/ssh_config of libssh's own (ours is read by the tool),
+        // and no log lines on stderr.
+        _ = ssh_options_set(session, SSH_OPTIONS_PROCESS_CONFIG, &no)
+        _ = ssh_options_set(session, SSH_OPTIONS_LOG_VERBOSITY, &quiet)
+        _ = ssh_options_set(session, SSH_OPTIONS_FD, &socket)
+        _ = ssh_options_set(session, SSH_OPTIONS_HOST, "ssh")
+        ssh_set_blocking(session, 0)
         self.fd = fileDescriptor
         self.raw = session
         self.configuration = configuration
         self.stream = stream
         self.thread = SessionThread(name: "ssh session \(fileDescriptor)")
-        self.box = SessionBox(io: SocketIO(fd: fileDescriptor))
-        libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(box).toOpaque()
-        // Our own recv and send (SessionIO.swift). The recv reads the server's identification as
-        // OpenSSH does (bounded lines before it), keeps the server's first packet (its KEXINIT, to
-        // explain a failed key exchange), and notes when the server last sent anything (keepalive
-        // answers included); sends never come back short, and no read happens behind the pump's back.
-        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_RECV, unsafeBitCast(receiveCallback, to: UnsafeMutableRawPointer.self))
-        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_SEND, unsafeBitCast(sendCallback, to: UnsafeMutableRawPointer.self))
-        // The server's SSH_MSG_DISCONNECT reason, for the failure that follows.
-        _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_DISCONNECT,
-                                         unsafeBitCast(disconnectCallback, to: UnsafeMutableRawPointer.self))
+        self.box = SessionBox()
+        // Counts what arrives from the server (the keepalive loss rule: silence).
+        ssh_set_counters(session, nil, box.received)
     }
 
     deinit {
@@ -98,10 +106,10 @@ public final class SSHSession: @unchecked Sendable {
             let stream = self.stream
             // Free on the session's thread, after anything still queued there.
             if !thread.submit({
-                _ = libssh2_session_free(raw)
+                ssh_free(raw)
                 stream?.close()
             }) {
-                _ = libssh2_session_free(raw)
+                ssh_free(raw)
                 stream?.close()
             }
         }
@@ -135,21 +143,11 @@ public final class SSHSession: @unchecked Sendable {
         return Date(timeIntervalSinceNow: configuration.timeout.seconds)
     }
 
-    /// Waits (poll) until the socket is ready in the directions libssh2 is blocked on, or the
-    /// deadline (moved on by the time spent in prompts) passes (throws `.timedOut`). Bytes queued
-    /// by our send callback go out meanwhile.
+    /// Waits (poll) until the socket is readable (or writable, while libssh has bytes to send),
+    /// or the deadline (moved on by the time spent in prompts) passes (throws `.timedOut`).
     func waitSocket(until requestDeadline: Date?, what: String) throws(SSHFailure) {
-        let io = box.io
-        guard io.flush() else {
-            throw SSHFailure(.connectionLost, "Connection lost: \(io.sendErrorText ?? "the tunnel closed") while \(what)")
-        }
-        let directions = libssh2_session_block_directions(raw)
-        var events: Int16 = 0
-        if directions & LIBSSH2_SESSION_BLOCK_INBOUND != 0 { events |= Int16(POLLIN) }
-        if directions & LIBSSH2_SESSION_BLOCK_OUTBOUND != 0 { events |= Int16(POLLOUT) }
-        if events == 0 { events = Int16(POLLIN) }
-        if io.pendingOutbound > 0 { events |= Int16(POLLOUT) }
-        defer { io.polled() }
+        var events = Int16(POLLIN)
+        if ssh_get_poll_flags(raw) & SSH_WRITE_PENDING != 0 { events |= Int16(POLLOUT) }
         while true {
             var milliseconds: Int32 = -1
             let deadline = requestDeadline?.addingTimeInterval(box.promptPause)
@@ -165,7 +163,6 @@ public final class SSHSession: @unchecked Sendable {
                 if let deadline, deadline.timeIntervalSinceNow <= 0 { throw timedOut(what) }
                 continue
             }
-            if entry.revents & Int16(POLLOUT) != 0 { io.flush() }
             return
         }
     }
@@ -175,59 +172,54 @@ public final class SSHSession: @unchecked Sendable {
         return SSHFailure(.timedOut, "Connection timed out. The SSH server did not answer (\(what)) within \(seconds) s")
     }
 
-    /// Repeats `call` while libssh2 says EAGAIN, waiting for the socket in between.
-    func retry(_ what: String, until deadline: Date?, _ call: () -> Int32) throws(SSHFailure) -> Int32 {
+    /// Repeats `call` while libssh says `again` (SSH_AGAIN, or SSH_AUTH_AGAIN for the user
+    /// authentication calls), waiting for the socket in between.
+    func retry(_ what: String, until deadline: Date?, again: Int32 = SSH_AGAIN, _ call: () -> Int32) throws(SSHFailure) -> Int32 {
         while true {
             let rc = call()
-            if rc != LIBSSH2_ERROR_EAGAIN { return rc }
+            if rc != again { return rc }
             try waitSocket(until: deadline, what: what)
         }
     }
 
-    /// Repeats `call` while it returns nil and libssh2's last error is EAGAIN.
-    func retryPointer<P>(_ what: String, until deadline: Date?, _ call: () -> P?) throws(SSHFailure) -> P? {
-        while true {
-            if let value = call() { return value }
-            if libssh2_session_last_errno(raw) != LIBSSH2_ERROR_EAGAIN { return nil }
-            try waitSocket(until: deadline, what: what)
-        }
-    }
-
-    /// libssh2's last error message (visible-safe).
+    /// libssh's last error message (visible-safe).
     func lastErrorText() -> String {
-        var message: UnsafeMutablePointer<CChar>?
-        var length: Int32 = 0
-        _ = libssh2_session_last_error(raw, &message, &length, 0)
-        guard let message else { return "unknown error" }
-        return ServerText.visible(String(cString: message))
+        guard let message = ssh_get_error(UnsafeMutableRawPointer(raw)) else { return "unknown error" }
+        let text = ServerText.visible(String(cString: message))
+        return text.isEmpty ? "unknown error" : text
     }
 
-    /// Turns libssh2's error `code` from doing `what` into a failure.
-    func failure(_ code: Int32, _ what: String) -> SSHFailure {
-        let detail = lastErrorText()
-        // libssh2 reports some requests cut short by the server's disconnect (or its end of the
-        // stream) as their own refusal ("Waiting for USERAUTH response"): nothing more can
-        // work, so that is a lost connection, with the server's reason when it gave one.
-        if let reason = box.serverDisconnect {
-            return SSHFailure(.connectionLost, "Connection closed by the SSH server while \(what): \(reason)", code: code)
+    /// Whether libssh's last error is a refused request (not a broken connection).
+    var lastErrorWasDenied: Bool { ssh_get_error_code(UnsafeMutableRawPointer(raw)) == SSH_REQUEST_DENIED.rawValue }
+
+    /// The server's SSH_MSG_DISCONNECT description (visible-safe), once it sent one.
+    var serverDisconnect: String? {
+        if let reason = box.serverDisconnect { return reason }
+        guard ssh_get_status(raw) & (SSH_CLOSED | SSH_CLOSED_ERROR) != 0 else { return nil }
+        let text = lastErrorText()
+        // libssh: "Received SSH_MSG_DISCONNECT: <code>:<description>".
+        guard let marker = text.range(of: "SSH_MSG_DISCONNECT: ") else { return nil }
+        var reason = text[marker.upperBound...]
+        if let colon = reason.firstIndex(of: ":"), reason[..<colon].allSatisfy(\.isNumber) {
+            reason = reason[reason.index(after: colon)...]
         }
-        if box.peerClosed {
-            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)", code: code)
+        let value = reason.isEmpty ? "no reason given" : String(reason.prefix(512))
+        box.serverDisconnect = value
+        return value
+    }
+
+    /// Whether the connection is gone (closed by the peer, or broken).
+    var isClosed: Bool { ssh_get_status(raw) & (SSH_CLOSED | SSH_CLOSED_ERROR) != 0 }
+
+    /// Turns libssh's last error, from doing `what`, into a failure.
+    func failure(_ what: String) -> SSHFailure {
+        if let reason = serverDisconnect {
+            return SSHFailure(.connectionLost, "Connection closed by the SSH server while \(what): \(reason)")
         }
-        switch code {
-        case LIBSSH2_ERROR_SOCKET_NONE, LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_SOCKET_RECV,
-             LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_BANNER_RECV, LIBSSH2_ERROR_BANNER_SEND,
-             LIBSSH2_ERROR_BAD_SOCKET, LIBSSH2_ERROR_SOCKET_TIMEOUT:
-            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)", code: code)
-        case LIBSSH2_ERROR_TIMEOUT:
-            return timedOut(what)
-        case LIBSSH2_ERROR_AUTHENTICATION_FAILED, LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED:
-            return SSHFailure(.authenticationFailed, "Authentication failed", code: code)
-        case LIBSSH2_ERROR_FILE, LIBSSH2_ERROR_KEYFILE_AUTH_FAILED:
-            return SSHFailure(.localIO, "\(what): \(detail)", code: code)
-        default:
-            return SSHFailure(.protocolError, "SSH error while \(what): \(detail) (\(code))", code: code)
+        if isClosed {
+            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)")
         }
+        return SSHFailure(.protocolError, "SSH error while \(what): \(lastErrorText())")
     }
 
     // MARK: Handshake
@@ -252,65 +244,98 @@ public final class SSHSession: @unchecked Sendable {
     }
 
     private func handshakeOnThread(preferring preferred: [String]?) throws(SSHFailure) -> SSHHostKey {
-        let hostKeysOffered = HostKeyAlgorithms.preference(preferred: preferred, supported: supportedAlgorithms(LIBSSH2_METHOD_HOSTKEY))
-        if !hostKeysOffered.isEmpty {
-            _ = libssh2_session_method_pref(raw, LIBSSH2_METHOD_HOSTKEY, hostKeysOffered.joined(separator: ","))
-        }
-        for method in [LIBSSH2_METHOD_CRYPT_CS, LIBSSH2_METHOD_CRYPT_SC] {
-            let ciphers = CipherAlgorithms.preference(supported: supportedAlgorithms(method))
-            if !ciphers.isEmpty { _ = libssh2_session_method_pref(raw, method, ciphers.joined(separator: ",")) }
-        }
+        let hostKeysOffered = HostKeyAlgorithms.preference(preferred: preferred, supported: HostKeyAlgorithms.openSSHOrder)
+        _ = ssh_options_set(raw, SSH_OPTIONS_HOSTKEYS, hostKeysOffered.joined(separator: ","))
+        let ciphers = CipherAlgorithms.openSSHOrder.joined(separator: ",")
+        _ = ssh_options_set(raw, SSH_OPTIONS_CIPHERS_C_S, ciphers)
+        _ = ssh_options_set(raw, SSH_OPTIONS_CIPHERS_S_C, ciphers)
         let deadline = self.deadline()
-        box.scanning = true
-        let rc: Int32
-        do throws(SSHFailure) {
-            rc = try retry("handshake", until: deadline) { libssh2_session_handshake(raw, fd) }
-        } catch {
-            if let refusal = box.identificationRefusal { throw SSHFailure(.protocolError, "The peer is \(refusal)") }
-            if error.kind == .timedOut, box.scanner.outcome == .needMore, box.scanner.ignoredLines > 0 {
-                let seconds = Int(configuration.timeout.seconds.rounded(.up))
-                throw SSHFailure(.timedOut, "Connection timed out: the server sent \(box.scanner.ignoredLines) lines but no SSH "
-                                 + "identification within \(seconds) s (it began \"\(box.scanner.sample)\")")
+        // What comes before the server's identification is read (and dropped) here, as OpenSSH
+        // bounds it; libssh then finds the identification first on the socket.
+        try skipPreIdentification(until: deadline)
+        let rc = try retry("handshake", until: deadline) { ssh_connect(raw) }
+        guard rc == SSH_OK else {
+            if let why = NegotiationDiagnosis.explain(libsshError: lastErrorText(), hostKeysOffered: hostKeysOffered,
+                                                      engine: .linked) {
+                throw SSHFailure(.protocolError, why)
             }
-            throw error
-        }
-        guard rc == 0 else {
-            if let refusal = box.identificationRefusal {
-                throw SSHFailure(.protocolError, "The peer is \(refusal)", code: rc)
-            }
-            if rc == LIBSSH2_ERROR_KEX_FAILURE, let server = KexInit.parse(packet: box.firstPacket),
-               let why = NegotiationDiagnosis.explain(server: server, hostKeysOffered: hostKeysOffered,
-                                                     kexOffered: supportedAlgorithms(LIBSSH2_METHOD_KEX),
-                                                     ciphersOffered: supportedAlgorithms(LIBSSH2_METHOD_CRYPT_CS),
-                                                     macsOffered: supportedAlgorithms(LIBSSH2_METHOD_MAC_CS),
-                                                     features: .linked) {
-                throw SSHFailure(.protocolError, why, code: rc)
-            }
-            throw failure(rc, "handshaking")
+            throw failure("handshaking")
         }
         handshakeDone = true
-        var length = 0
-        var type: Int32 = 0
-        guard let blob = libssh2_session_hostkey(raw, &length, &type), length > 0,
-              let hash = libssh2_hostkey_hash(raw, LIBSSH2_HOSTKEY_HASH_SHA256) else {
+        var serverKey: OpaquePointer?
+        guard ssh_get_server_publickey(raw, &serverKey) == SSH_OK, let serverKey else {
             throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
         }
-        let bytes = [UInt8](UnsafeRawBufferPointer(start: blob, count: length))
-        let digest = [UInt8](UnsafeRawBufferPointer(start: hash, count: 32))
-        let key = SSHHostKey(blob: bytes, sha256: digest)
-        if configuration.keepalive.isEnabled {
-            libssh2_keepalive_config(raw, 1, configuration.keepalive.librarySeconds)
+        defer { ssh_key_free(serverKey) }
+        var blob: OpaquePointer?
+        guard ssh_pki_export_pubkey_blob(serverKey, &blob) == SSH_OK, let blob else {
+            throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
         }
-        return key
+        defer { ssh_string_free(blob) }
+        let count = Int(ssh_string_len(blob))
+        guard count > 0, let data = ssh_string_data(blob) else {
+            throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
+        }
+        let bytes = [UInt8](UnsafeRawBufferPointer(start: data, count: count))
+        return SSHHostKey(blob: bytes, sha256: Digest.sha256(bytes))
     }
 
-    /// libssh2's own algorithms of `method` (a `LIBSSH2_METHOD_*`), in its order.
-    private func supportedAlgorithms(_ method: Int32) -> [String] {
-        var list: UnsafeMutablePointer<UnsafePointer<CChar>?>?
-        let count = libssh2_session_supported_algs(raw, method, &list)
-        guard count > 0, let list else { return [] }
-        defer { libssh2_free(raw, list) }
-        return (0..<Int(count)).compactMap { list[$0].map { String(cString: $0) } }
+    /// Reads and drops the lines a server may send before its identification (RFC 4253 §4.2),
+    /// looking at the socket with `MSG_PEEK` so the identification line itself stays for libssh.
+    /// A NUL byte, a line over 8192 bytes, more than 1024 lines or an identification libssh
+    /// cannot take mean the peer is not an SSH server.
+    private func skipPreIdentification(until deadline: Date) throws(SSHFailure) {
+        var scanner = IdentificationScanner()
+        var peeked = [UInt8](repeating: 0, count: IdentificationScanner.maxLineLength + 1)
+        while true {
+            let n = peeked.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_PEEK)) }
+            if n == 0 {
+                throw SSHFailure(.connectionLost, "Connection lost: the SSH connection closed before the server identified itself")
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                guard errno == EAGAIN || errno == EWOULDBLOCK else {
+                    throw SSHFailure(.connectionLost, "Connection lost: \(String(cString: strerror(errno)))")
+                }
+                try waitForIdentification(scanner, until: deadline, pause: false)
+                continue
+            }
+            let view = peeked[0..<n]
+            guard let newline = view.firstIndex(of: UInt8(ascii: "\n")) else {
+                // No whole line yet: refused if it can never become one, else wait for more.
+                var probe = scanner
+                if case .refused(let why) = probe.feed(view) { throw SSHFailure(.protocolError, "The peer is \(why)") }
+                try waitForIdentification(scanner, until: deadline, pause: true)
+                continue
+            }
+            let line = view[...newline]
+            if line.starts(with: Array("SSH-".utf8)) {
+                var probe = scanner
+                if case .refused(let why) = probe.feed(line) { throw SSHFailure(.protocolError, "The peer is \(why)") }
+                return
+            }
+            if case .refused(let why) = scanner.feed(line) { throw SSHFailure(.protocolError, "The peer is \(why)") }
+            var dropped = [UInt8](repeating: 0, count: line.count)
+            _ = dropped.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        }
+    }
+
+    /// Waits for more of the identification: in `poll` when nothing is buffered, in short
+    /// naps when a partial line is (a readable socket would wake `poll` at once).
+    private func waitForIdentification(_ scanner: IdentificationScanner, until deadline: Date, pause: Bool) throws(SSHFailure) {
+        if deadline.timeIntervalSinceNow <= 0 {
+            let seconds = Int(configuration.timeout.seconds.rounded(.up))
+            if scanner.ignoredLines > 0 {
+                throw SSHFailure(.timedOut, "Connection timed out: the server sent \(scanner.ignoredLines) lines but no SSH "
+                                 + "identification within \(seconds) s (it began \"\(scanner.sample)\")")
+            }
+            throw timedOut("handshake")
+        }
+        if pause {
+            usleep(10_000)
+        } else {
+            try waitSocket(until: deadline, what: "handshake")
+        }
     }
 
     /// Throws unless ``handshake()`` ran and its delegate accepted the key.
@@ -327,22 +352,24 @@ public final class SSHSession: @unchecked Sendable {
     public func authenticationMethods(user: String) async throws(SSHFailure) -> SSHAuthenticationMethods {
         try requireAcceptedHostKey()
         return try await onThread { session throws(SSHFailure) in
+            if session.authenticated { return [] }
             let deadline = session.deadline()
-            let list = try session.retryPointer("listing authentication methods", until: deadline) {
-                libssh2_userauth_list(session.raw, user, UInt32(user.utf8.count))
+            let rc = try session.retry("listing authentication methods", until: deadline, again: SSH_AUTH_AGAIN.rawValue) {
+                ssh_userauth_none(session.raw, user)
             }
-            guard let list else {
-                if libssh2_userauth_authenticated(session.raw) == 1 { return [] }
-                throw session.failure(libssh2_session_last_errno(session.raw), "listing authentication methods")
+            if rc == SSH_AUTH_SUCCESS.rawValue {
+                session.authenticated = true
+                return []
             }
-            return SSHAuthenticationMethods(names: String(cString: list).split(separator: ","))
+            if rc == SSH_AUTH_ERROR.rawValue { throw session.failure("listing authentication methods") }
+            return SSHAuthenticationMethods(libsshMask: UInt32(bitPattern: ssh_userauth_list(session.raw, user)))
         }
     }
 
     /// Whether authentication has succeeded.
     public var isAuthenticated: Bool {
         get async {
-            (try? await onThread { session in libssh2_userauth_authenticated(session.raw) == 1 }) ?? false
+            (try? await onThread { session in session.authenticated }) ?? false
         }
     }
 
@@ -364,7 +391,7 @@ public final class SSHSession: @unchecked Sendable {
             }
         } catch {
             if error.kind == .connectionLost,
-               let reason = try? await onThread({ session in session.box.serverDisconnect }) {
+               let reason = try? await onThread({ session in session.serverDisconnect }) {
                 throw SSHFailure(.authenticationFailed, "Authentication failed: the SSH server disconnected: \(reason)", code: error.code)
             }
             throw error
@@ -381,30 +408,14 @@ public final class SSHSession: @unchecked Sendable {
         switch offer {
         case .password(let password):
             try await onThread { session throws(SSHFailure) in
-                let rc = try session.retry("authenticating", until: session.deadline()) {
-                    libssh2_userauth_password_ex(session.raw, user, UInt32(user.utf8.count),
-                                                 password, UInt32(password.utf8.count), nil)
+                let rc = try session.retry("authenticating", until: session.deadline(), again: SSH_AUTH_AGAIN.rawValue) {
+                    ssh_userauth_password(session.raw, user, password)
                 }
-                guard rc == 0 else { throw session.failure(rc, "authenticating with a password") }
+                try session.judge(rc, "authenticating with a password")
             }
         case .privateKey(let path, let passphrase):
             try await onThread { session throws(SSHFailure) in
-                // As OpenSSH does, a certificate beside the key (`key-cert.pub`) is offered first,
-                // then the bare key (libssh2 presents a certificate given as the public key file).
-                let certificate = path + "-cert.pub"
-                if FileManager.default.isReadableFile(atPath: certificate) {
-                    let rc = try session.retry("authenticating", until: session.deadline()) {
-                        libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), certificate, path,
-                                                               passphrase)
-                    }
-                    if rc == 0 { return }
-                    let failure = session.failure(rc, "using the certificate \(certificate)")
-                    if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
-                }
-                let rc = try session.retry("authenticating", until: session.deadline()) {
-                    libssh2_userauth_publickey_fromfile_ex(session.raw, user, UInt32(user.utf8.count), nil, path, passphrase)
-                }
-                guard rc == 0 else { throw session.failure(rc, "using the key \(path)") }
+                try session.privateKeyOnThread(user: user, path: path, passphrase: passphrase)
             }
         case .agent(let socketPath):
             try await onThread { session throws(SSHFailure) in
@@ -424,52 +435,131 @@ public final class SSHSession: @unchecked Sendable {
                 return waitOffPool { await answering(round) } ?? []
             }
             try await onThread { session throws(SSHFailure) in
-                session.box.respond = respond
-                defer { session.box.respond = nil }
-                let rc = try session.retry("authenticating", until: session.deadline()) {
-                    libssh2_userauth_keyboard_interactive_ex(session.raw, user, UInt32(user.utf8.count), keyboardCallback)
-                }
-                guard rc == 0 else { throw session.failure(rc, "keyboard-interactive authentication") }
+                try session.keyboardInteractiveOnThread(user: user, respond: respond)
             }
         }
     }
 
-    /// Tries the agent's identities (only the one whose public key blob is `only`, if given).
+    /// Turns the result of a user-authentication call into success or a failure.
+    private func judge(_ rc: Int32, _ what: String) throws(SSHFailure) {
+        switch rc {
+        case SSH_AUTH_SUCCESS.rawValue:
+            authenticated = true
+        case SSH_AUTH_PARTIAL.rawValue:
+            // Accepted, but the server wants another method as well (AuthenticationMethods).
+            throw SSHFailure(.authenticationFailed, "Authentication partially succeeded: the server wants another method too")
+        case SSH_AUTH_DENIED.rawValue:
+            throw SSHFailure(.authenticationFailed, "Authentication failed")
+        default:
+            throw failure(what)
+        }
+    }
+
+    /// A key file (and, as OpenSSH does, the certificate beside it, `key-cert.pub`, first).
+    private func privateKeyOnThread(user: String, path: String, passphrase: String?) throws(SSHFailure) {
+        func load() throws(SSHFailure) -> OpaquePointer {
+            var key: OpaquePointer?
+            let rc = ssh_pki_import_privkey_file(path, passphrase, nil, nil, &key)
+            guard rc == SSH_OK, let key else {
+                if !FileManager.default.isReadableFile(atPath: path) {
+                    throw SSHFailure(.localIO, "using the key \(path): the file cannot be read")
+                }
+                throw SSHFailure(.localIO, passphrase == nil
+                    ? "using the key \(path): it is encrypted or not a private key libssh can read"
+                    : "using the key \(path): wrong passphrase, or not a private key libssh can read")
+            }
+            return key
+        }
+        let certificate = path + "-cert.pub"
+        if FileManager.default.isReadableFile(atPath: certificate) {
+            let key = try load()
+            defer { ssh_key_free(key) }
+            var cert: OpaquePointer?
+            if ssh_pki_import_cert_file(certificate, &cert) == SSH_OK, let cert {
+                defer { ssh_key_free(cert) }
+                if ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK {
+                    let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) {
+                        ssh_userauth_publickey(raw, user, key)
+                    }
+                    if rc == SSH_AUTH_SUCCESS.rawValue {
+                        authenticated = true
+                        return
+                    }
+                    if rc == SSH_AUTH_ERROR.rawValue { throw failure("using the certificate \(certificate)") }
+                }
+            }
+        }
+        let key = try load()
+        defer { ssh_key_free(key) }
+        let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) {
+            ssh_userauth_publickey(raw, user, key)
+        }
+        try judge(rc, "using the key \(path)")
+    }
+
+    /// Tries the agent's identities (only the one whose public key blob is `only`, if given),
+    /// through the session's ``AgentProxy``.
     private func agentOnThread(user: String, socketPath: String?, only: [UInt8]?) throws(SSHFailure) {
-        guard let agent = libssh2_agent_init(raw) else {
-            throw SSHFailure(.localIO, "cannot use the ssh-agent: \(lastErrorText())")
-        }
-        defer { libssh2_agent_free(agent) }
-        if let socketPath { libssh2_agent_set_identity_path(agent, socketPath) }
-        guard libssh2_agent_connect(agent) == 0 else {
-            throw SSHFailure(.configuration, "cannot reach the ssh-agent at \(socketPath ?? "SSH_AUTH_SOCK")")
-        }
-        defer { _ = libssh2_agent_disconnect(agent) }
-        guard libssh2_agent_list_identities(agent) == 0 else {
-            throw SSHFailure(.localIO, "the ssh-agent did not list its keys: \(lastErrorText())")
-        }
-        var previous: UnsafeMutablePointer<libssh2_agent_publickey>?
-        while true {
-            var identity: UnsafeMutablePointer<libssh2_agent_publickey>?
-            let rc = libssh2_agent_get_identity(agent, &identity, previous)
-            if rc == 1 { break }
-            guard rc == 0, let identity else {
-                throw SSHFailure(.localIO, "the ssh-agent failed: \(lastErrorText())")
+        if box.agent == nil {
+            let proxy = try AgentProxy()
+            guard ssh_set_agent_socket(raw, proxy.libsshEnd) == SSH_OK else {
+                close(proxy.libsshEnd)
+                throw SSHFailure(.localIO, "cannot use the ssh-agent: \(lastErrorText())")
             }
-            if let only, [UInt8](UnsafeBufferPointer(start: identity.pointee.blob, count: Int(identity.pointee.blob_len))) != only {
-                previous = identity
-                continue
-            }
-            let auth = try retry("authenticating", until: deadline()) {
-                libssh2_agent_userauth(agent, user, identity)
-            }
-            if auth == 0 { return }
-            let failure = failure(auth, "authenticating with the ssh-agent")
-            if failure.kind == .connectionLost || failure.kind == .timedOut || only != nil { throw failure }
-            previous = identity
+            box.agent = proxy
         }
-        if only != nil { throw SSHFailure(.configuration, "the ssh-agent no longer holds the key") }
-        throw SSHFailure(.authenticationFailed, "Authentication failed")
+        try box.agent!.use(socketPath: socketPath, only: only)
+        let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) {
+            ssh_userauth_agent(raw, user)
+        }
+        if rc == SSH_AUTH_SUCCESS.rawValue {
+            authenticated = true
+            return
+        }
+        if rc == SSH_AUTH_ERROR.rawValue {
+            let failure = failure("authenticating with the ssh-agent")
+            if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+            if only != nil, (try? AgentWire.listIdentities(socketPath: socketPath))?.contains(where: { $0.publicKey == only }) == false {
+                throw SSHFailure(.configuration, "the ssh-agent no longer holds the key")
+            }
+        }
+        try judge(rc == SSH_AUTH_ERROR.rawValue ? SSH_AUTH_DENIED.rawValue : rc, "authenticating with the ssh-agent")
+    }
+
+    /// keyboard-interactive: each round's questions (server text, made visible-safe here,
+    /// before it becomes a value anyone can print) go to `respond`, its answers back.
+    private func keyboardInteractiveOnThread(user: String, respond: @Sendable (SSHKeyboardPrompt) -> [String]) throws(SSHFailure) {
+        let deadline = self.deadline()
+        func text(_ pointer: UnsafePointer<CChar>?) -> String {
+            guard let pointer else { return "" }
+            return ServerText.visible(String(cString: pointer), newlines: true)
+        }
+        for _ in 0..<64 {
+            let rc = try retry("authenticating", until: deadline, again: SSH_AUTH_AGAIN.rawValue) {
+                ssh_userauth_kbdint(raw, user, nil)
+            }
+            guard rc == SSH_AUTH_INFO.rawValue else {
+                try judge(rc, "keyboard-interactive authentication")
+                return
+            }
+            let count = max(0, ssh_userauth_kbdint_getnprompts(raw))
+            var questions: [SSHKeyboardPrompt.Question] = []
+            for index in 0..<UInt32(count) {
+                var echo: CChar = 0
+                let prompt = ssh_userauth_kbdint_getprompt(raw, index, &echo)
+                questions.append(SSHKeyboardPrompt.Question(text: text(prompt), echo: echo != 0))
+            }
+            let round = SSHKeyboardPrompt(name: text(ssh_userauth_kbdint_getname(raw)),
+                                          instruction: text(ssh_userauth_kbdint_getinstruction(raw)), questions: questions)
+            let answers = count > 0 || !round.name.isEmpty || !round.instruction.isEmpty ? respond(round) : []
+            for index in 0..<Int(count) {
+                let answer = index < answers.count ? answers[index] : ""
+                guard ssh_userauth_kbdint_setanswer(raw, UInt32(index), answer) == 0 else {
+                    throw failure("keyboard-interactive authentication")
+                }
+            }
+        }
+        throw SSHFailure(.authenticationFailed, "Authentication failed: the server asked more than 64 rounds of questions")
     }
 
     // MARK: Channels
@@ -539,40 +629,31 @@ public final class SSHSession: @unchecked Sendable {
     func openChannel(command: String?, terminal: SSHTerminal?, environment: [String: String] = [:]) throws(SSHFailure)
         -> OpaquePointer {
         let deadline = self.deadline()
-        let opened = try retryPointer("opening a channel", until: deadline) { CCFSSH2_channel_open_session(raw) }
-        guard let channel = opened else {
-            throw failure(libssh2_session_last_errno(raw), "opening a channel")
-        }
+        guard let channel = ssh_channel_new(raw) else { throw failure("opening a channel") }
         do throws(SSHFailure) {
+            let opened = try retry("opening a channel", until: deadline) { ssh_channel_open_session(channel) }
+            guard opened == SSH_OK else { throw failure("opening a channel") }
             for (name, value) in environment.sorted(by: { $0.key < $1.key }) {
-                let rc = try retry("setting \(name)", until: deadline) {
-                    libssh2_channel_setenv_ex(channel, name, UInt32(name.utf8.count), value, UInt32(value.utf8.count))
-                }
-                if rc == 0 || rc == LIBSSH2_ERROR_CHANNEL_REQUEST_DENIED { continue }
-                let failure = failure(rc, "setting \(name)")
+                let rc = try retry("setting \(name)", until: deadline) { ssh_channel_request_env(channel, name, value) }
+                if rc == SSH_OK || lastErrorWasDenied { continue }
+                let failure = failure("setting \(name)")
                 if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
             }
             if let terminal {
-                let term = terminal.term
-                // libssh2 takes at most 256 bytes of terminal type and modes.
-                let modes = terminal.modes.encoded(fitting: 256 - term.utf8.count)
                 let rc = try retry("requesting a terminal", until: deadline) {
-                    modes.withUnsafeBytes { bytes in
-                        libssh2_channel_request_pty_ex(channel, term, UInt32(term.utf8.count),
-                                                       bytes.baseAddress?.assumingMemoryBound(to: CChar.self), UInt32(bytes.count),
-                                                       Int32(terminal.columns), Int32(terminal.rows), 0, 0)
-                    }
+                    CCFLibSSH_request_pty(channel, terminal.term, Int32(terminal.columns), Int32(terminal.rows),
+                                          terminal.modes.encoded(fitting: 4096))
                 }
-                guard rc == 0 else { throw failure(rc, "requesting a terminal") }
+                guard rc == SSH_OK else { throw failure("requesting a terminal") }
             }
             let request = command == nil ? "shell" : "exec"
             let rc = try retry("starting the \(request)", until: deadline) {
-                libssh2_channel_process_startup(channel, request, UInt32(request.utf8.count),
-                                                command, UInt32(command?.utf8.count ?? 0))
+                if let command { return ssh_channel_request_exec(channel, command) }
+                return ssh_channel_request_shell(channel)
             }
-            guard rc == 0 else { throw failure(rc, "starting the \(request)") }
+            guard rc == SSH_OK else { throw failure("starting the \(request)") }
         } catch {
-            _ = libssh2_channel_free(channel)
+            ssh_channel_free(channel)
             throw error
         }
         return channel
@@ -583,7 +664,6 @@ public final class SSHSession: @unchecked Sendable {
     /// Sends what is still queued, shuts our writing side down and reads (discarding) until
     /// the peer closes or `deadline`.
     func drainAfterShutdown(until deadline: Date) {
-        _ = box.io.flushAll(until: deadline)
         _ = shutdown(fd, Int32(SHUT_WR))
         var scratch = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -598,20 +678,28 @@ public final class SSHSession: @unchecked Sendable {
         }
     }
 
+    /// Sends what libssh still holds for the socket, waiting (poll) at most until `deadline`.
+    func flushOutput(until deadline: Date) {
+        while ssh_get_poll_flags(raw) & SSH_WRITE_PENDING != 0, !isClosed {
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 { return }
+            if ssh_blocking_flush(raw, Int32(max(1, min(left * 1000, 1000)))) == SSH_ERROR { return }
+        }
+    }
+
     /// Sends SSH_MSG_DISCONNECT with `description` (bounded at 2 s), frees the session and
     /// closes the stream it owns. Idempotent.
     public func disconnect(description: String = "closed by the user") async {
         _ = try? await onThread { session in
             guard !session.freed else { return }
             session.freed = true
-            if session.handshakeDone {
-                let deadline = Date(timeIntervalSinceNow: 2)
-                _ = try? session.retry("disconnecting", until: deadline) {
-                    libssh2_session_disconnect_ex(session.raw, SSH_DISCONNECT_BY_APPLICATION, description, "")
-                }
-                _ = session.box.io.flushAll(until: deadline)
+            if session.handshakeDone, !session.isClosed {
+                _ = ssh_session_set_disconnect_message(session.raw, description)
+                // ssh_disconnect sends the message and closes libssh's duplicate of the socket.
+                ssh_disconnect(session.raw)
             }
-            _ = libssh2_session_free(session.raw)
+            session.box.agent?.stop()
+            ssh_free(session.raw)
             if let stream = session.stream {
                 // Let the tunnel take the last bytes (the disconnect message) before closing:
                 // end our writing, then wait (bounded) until the other end closes too.
@@ -628,146 +716,26 @@ struct ChannelHandle: @unchecked Sendable {
     let raw: OpaquePointer
 }
 
-/// What libssh2's callbacks need, found through the session's abstract pointer: the
-/// keyboard-interactive responder while such an authentication runs, the time spent in its
-/// prompts, the server's identification and first packet while handshaking, its disconnect
-/// reason, the socket I/O (when the server last sent a byte, what waits to be sent), and the
-/// local forwards the pump serves. Used on the session's thread only.
+/// What the session keeps beside libssh, used on the session's thread only: the time spent in
+/// prompts, the server's disconnect reason, the counter of what arrived from the server, the
+/// agent proxy, and the local forwards the pump serves.
 final class SessionBox: @unchecked Sendable {
-    var respond: (@Sendable (SSHKeyboardPrompt) -> [String])?
-    let io: SocketIO
     var forwards: [SSHForwardListener] = []
     /// Seconds spent waiting for a person inside the current request.
     var promptPause: TimeInterval = 0
-    /// While the handshake reads what comes before the server's identification.
-    var scanning = false
-    var scanner = IdentificationScanner()
-    /// Why the peer is not an SSH server, once the scanner refused it.
-    var identificationRefusal: String?
-    /// Bytes read past the identification that libssh2 has not taken yet.
-    var pending: [UInt8] = []
-    /// The server's first binary packet (its KEXINIT), as far as it arrived (at most 64 KiB).
-    var firstPacket: [UInt8] = []
-    /// The server's SSH_MSG_DISCONNECT description (visible-safe), if it sent one.
+    /// The server's SSH_MSG_DISCONNECT description (visible-safe), once it sent one.
     var serverDisconnect: String?
-    /// The stream ended (recv returned 0).
-    var peerClosed = false
+    /// The agent libssh talks to, once an agent offer ran.
+    var agent: AgentProxy?
+    /// What libssh has received (bytes and packets), updated by libssh as packets arrive.
+    let received: UnsafeMutablePointer<ssh_counter_struct>
 
-    init(io: SocketIO) {
-        self.io = io
+    init() {
+        received = UnsafeMutablePointer<ssh_counter_struct>.allocate(capacity: 1)
+        received.initialize(to: ssh_counter_struct())
     }
 
-    /// Keeps the start of the server's first binary packet.
-    func noteFirstPacket(_ bytes: UnsafeRawBufferPointer) {
-        let wanted: Int
-        if firstPacket.count >= 4 {
-            let length = Int(firstPacket[0]) << 24 | Int(firstPacket[1]) << 16 | Int(firstPacket[2]) << 8 | Int(firstPacket[3])
-            wanted = min(4 + length, 65_536)
-        } else {
-            wanted = 65_536
-        }
-        guard firstPacket.count < wanted else { return }
-        firstPacket.append(contentsOf: bytes.prefix(wanted - firstPacket.count))
-    }
-}
-
-/// libssh2's socket read: `recv`, noting the time of every byte that arrives. While the
-/// handshake waits for the server's identification, lines before it are read and dropped here
-/// (bounded, as OpenSSH bounds them), and the identification line is handed on as if it were
-/// the first byte; the server's first packet is kept. Errors go back as `-errno`, as libssh2's
-/// own function returns them.
-let receiveCallback: @convention(c) (
-    Int32, UnsafeMutableRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> Int = { socket, buffer, length, flags, abstract in
-    guard let pointer = abstract?.pointee else {
-        let n = recv(socket, buffer, length, flags)
-        return n < 0 ? -Int(errno) : n
-    }
-    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
-    // libssh2 talks to the ssh-agent through these callbacks too, on the agent's socket:
-    // only the session's own socket goes through the scanner and SocketIO.
-    guard socket == box.io.fd else {
-        let n = recv(socket, buffer, length, flags)
-        return n < 0 ? -Int(errno) : n
-    }
-    if box.scanning {
-        if box.identificationRefusal != nil { return -Int(EPROTO) }
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while box.scanner.outcome == .needMore {
-            let n = chunk.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, flags) }
-            if n < 0 { return -Int(errno) }
-            if n == 0 {
-                box.peerClosed = true
-                return 0
-            }
-            box.io.lastInbound = Date()
-            switch box.scanner.feed(chunk[0..<n]) {
-            case .needMore: continue
-            case .identified:
-                box.pending = box.scanner.passOn
-                let rest = box.pending[box.scanner.identificationLineLength...]
-                if !rest.isEmpty { Array(rest).withUnsafeBytes { box.noteFirstPacket($0) } }
-            case .refused(let why):
-                box.identificationRefusal = why
-                return -Int(EPROTO)
-            }
-        }
-        box.scanning = false
-    }
-    if !box.pending.isEmpty, let buffer {
-        let count = min(length, box.pending.count)
-        box.pending.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: count) }
-        box.pending.removeFirst(count)
-        return count
-    }
-    let n = box.io.receive(buffer, length, flags: flags)
-    if n == 0 { box.peerClosed = true }
-    if n > 0 {
-        if box.firstPacket.count < 65_536, let buffer { box.noteFirstPacket(UnsafeRawBufferPointer(start: buffer, count: n)) }
-    }
-    return n
-}
-
-/// libssh2's disconnect callback: keeps the server's reason, visible-safe, for the failure.
-private let disconnectCallback: @convention(c) (
-    OpaquePointer?, Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, Int32,
-    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> Void = { _, reason, message, length, _, _, abstract in
-    guard let pointer = abstract?.pointee else { return }
-    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
-    var text = ""
-    if let message, length > 0 {
-        text = ServerText.visible(UnsafeRawBufferPointer(start: message, count: Int(length)), limit: 512)
-    }
-    box.serverDisconnect = text.isEmpty ? "reason \(reason)" : text
-}
-
-/// libssh2's keyboard-interactive callback: asks the session's responder and hands libssh2
-/// malloc'd answers (libssh2 frees them).
-private let keyboardCallback: @convention(c) (
-    UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, Int32, Int32,
-    UnsafePointer<LIBSSH2_USERAUTH_KBDINT_PROMPT>?, UnsafeMutablePointer<LIBSSH2_USERAUTH_KBDINT_RESPONSE>?,
-    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> Void = { name, nameLength, instruction, instructionLength, count, prompts, responses, abstract in
-    guard let abstract, let pointer = abstract.pointee, let responses else { return }
-    let box = Unmanaged<SessionBox>.fromOpaque(pointer).takeUnretainedValue()
-    // Server text: made visible-safe here, before it becomes a value anyone can print.
-    func text(_ p: UnsafePointer<CChar>?, _ n: Int) -> String {
-        guard let p, n > 0 else { return "" }
-        return ServerText.visible(UnsafeRawBufferPointer(start: p, count: n), newlines: true)
-    }
-    var list: [SSHKeyboardPrompt.Question] = []
-    for index in 0..<Int(max(0, count)) {
-        guard let prompt = prompts?[index] else { continue }
-        let words = prompt.text.map { text($0, Int(prompt.length)) } ?? ""
-        list.append(SSHKeyboardPrompt.Question(text: words, echo: prompt.echo != 0))
-    }
-    let round = SSHKeyboardPrompt(name: text(name, Int(nameLength)), instruction: text(instruction, Int(instructionLength)),
-                                  questions: list)
-    let answers = box.respond?(round) ?? []
-    for index in 0..<Int(max(0, count)) {
-        let answer = index < answers.count ? answers[index] : ""
-        responses[index].text = strdup(answer)
-        responses[index].length = UInt32(answer.utf8.count)
+    deinit {
+        received.deallocate()
     }
 }

@@ -1,7 +1,6 @@
 import AccessTransport
 import Dispatch
 import FoundationEssentials
-internal import CCFSSH2
 
 /// A key an ssh-agent holds: its public half and comment.
 public struct SSHAgentIdentity: Sendable, Equatable {
@@ -38,33 +37,6 @@ public struct SSHAgentIdentity: Sendable, Equatable {
     }
 
     private static func listBlocking(socketPath: String?) throws(SSHFailure) -> [SSHAgentIdentity] {
-        // libssh2's agent client needs a session only for memory and errors: no connection.
-        guard let session = CCFSSH2_session_init() else {
-            throw SSHFailure(.localIO, "libssh2 could not create a session (out of memory)")
-        }
-        defer { _ = libssh2_session_free(session) }
-        guard let agent = libssh2_agent_init(session) else { throw SSHFailure(.localIO, "cannot use the ssh-agent") }
-        defer { libssh2_agent_free(agent) }
-        if let socketPath { libssh2_agent_set_identity_path(agent, socketPath) }
-        guard libssh2_agent_connect(agent) == 0 else {
-            throw SSHFailure(.configuration, "cannot reach the ssh-agent at \(socketPath ?? "SSH_AUTH_SOCK")")
-        }
-        defer { _ = libssh2_agent_disconnect(agent) }
-        guard libssh2_agent_list_identities(agent) == 0 else {
-            throw SSHFailure(.localIO, "the ssh-agent did not list its keys")
-        }
-        var identities: [SSHAgentIdentity] = []
-        var previous: UnsafeMutablePointer<libssh2_agent_publickey>?
-        while true {
-            var identity: UnsafeMutablePointer<libssh2_agent_publickey>?
-            let rc = libssh2_agent_get_identity(agent, &identity, previous)
-            if rc == 1 { break }
-            guard rc == 0, let identity else { throw SSHFailure(.localIO, "the ssh-agent failed to list its keys") }
-            let blob = [UInt8](UnsafeBufferPointer(start: identity.pointee.blob, count: Int(identity.pointee.blob_len)))
-            let comment = identity.pointee.comment.map { ServerText.visible(String(cString: $0)) } ?? ""
-            identities.append(SSHAgentIdentity(publicKey: blob, comment: comment))
-            previous = identity
-        }
-        return identities
+        try AgentWire.listIdentities(socketPath: socketPath)
     }
 }
