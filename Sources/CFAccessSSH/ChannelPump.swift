@@ -1,7 +1,7 @@
 import AccessTransport
 import FoundationEssentials
 import SystemPackage
-internal import CCFSSH2
+internal import CCFLibSSH
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -143,6 +143,7 @@ struct PumpBuffer {
 /// The exec or shell channel a pump runs.
 final class SessionChannel {
     let raw: OpaquePointer
+    let exit: ChannelExit
     let input: Int32?
     let sink: OutputSink
     var escapes: SSHEscapes?
@@ -154,8 +155,9 @@ final class SessionChannel {
     /// are carried to their end first, as OpenSSH does. Any other end stops everything.
     var endedByServer = false
 
-    init(raw: OpaquePointer, input: Int32?, sink: @escaping OutputSink, escapes: SSHEscapes?) {
+    init(raw: OpaquePointer, exit: ChannelExit, input: Int32?, sink: @escaping OutputSink, escapes: SSHEscapes?) {
         self.raw = raw
+        self.exit = exit
         self.input = input
         self.sink = sink
         self.escapes = escapes
@@ -193,37 +195,83 @@ final class ForwardedConnection {
     var finished: Bool { failed || (shutDown && eofSent) }
 }
 
+/// How a session channel ended, as the server said it (exit-status, exit-signal): filled in by
+/// libssh's channel callbacks, which also keep the callback table alive as long as the channel.
+final class ChannelExit: @unchecked Sendable {
+    var status: Int32?
+    var signal: String?
+    let callbacks: UnsafeMutablePointer<ssh_channel_callbacks_struct>
+
+    init() {
+        callbacks = UnsafeMutablePointer<ssh_channel_callbacks_struct>.allocate(capacity: 1)
+        callbacks.initialize(to: ssh_channel_callbacks_struct())
+        callbacks.pointee.size = MemoryLayout<ssh_channel_callbacks_struct>.size
+        callbacks.pointee.userdata = Unmanaged.passUnretained(self).toOpaque()
+        callbacks.pointee.channel_exit_status_function = exitStatusCallback
+        callbacks.pointee.channel_exit_signal_function = exitSignalCallback
+    }
+
+    /// Registers the callbacks on `channel` (which must not outlive this object).
+    func attach(to channel: OpaquePointer) {
+        _ = ssh_set_channel_callbacks(channel, callbacks)
+    }
+
+    deinit {
+        callbacks.deallocate()
+    }
+
+    /// The end the server reported (a signal wins over a status), or `-1` when it said neither.
+    var end: SSHChannelEnd {
+        if let signal { return .signalled(signal) }
+        return .exited(status ?? -1)
+    }
+}
+
+private let exitStatusCallback: @convention(c) (OpaquePointer?, OpaquePointer?, Int32, UnsafeMutableRawPointer?) -> Void = {
+    _, _, status, userdata in
+    guard let userdata else { return }
+    Unmanaged<ChannelExit>.fromOpaque(userdata).takeUnretainedValue().status = status
+}
+
+private let exitSignalCallback: @convention(c) (
+    OpaquePointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
+    UnsafeMutableRawPointer?
+) -> Void = { _, _, signal, _, _, _, userdata in
+    guard let userdata, let signal else { return }
+    // The signal's name is the server's text: visible-safe before it is a value.
+    let name = ServerText.visible(String(cString: signal), limit: 64)
+    Unmanaged<ChannelExit>.fromOpaque(userdata).takeUnretainedValue().signal = name.isEmpty ? "unknown" : name
+}
+
 /// Runs on the session's thread until the channel (if any) ends, carrying its data and that of
 /// the session's local forwards in one `poll` loop.
 ///
-/// Issue 16 point 6 (downloads stalling until the next keepalive): libssh2 reads the socket
-/// inside *every* call that can read — a read of stderr, a write (which first drains incoming
-/// window adjusts), a channel open — and queues what it parsed for whichever channel it belongs
-/// to. The old pump read stdout until EAGAIN, then stderr; when stderr's read pulled in the
-/// server's next stdout packet, that packet sat in libssh2's queue while the socket was empty,
-/// the pump slept in `poll` until the keepalive timer, and the server, out of window, sent
-/// nothing more. The rule now: the pump sleeps only after a round in which no byte arrived from
-/// the socket and no channel can make progress on what libssh2 already holds (read_avail, a
-/// window to write into); and a recv that found the socket empty makes every later recv of the
-/// round return EAGAIN without looking (``SocketIO``), so what arrives meanwhile stays in the
-/// kernel, where `poll` sees it.
+/// Issue 16 point 6 (downloads stalling until the next keepalive): the SSH library reads the
+/// socket inside calls that are not reads of that channel (a write, another channel's read, a
+/// channel open) and keeps what it parsed in the buffer of the channel it belongs to. Data left
+/// there while the socket is empty wakes no `poll`. The rule: the pump sleeps only after a round
+/// in which nothing moved and no channel holds data it could take (`ssh_channel_poll` on every
+/// channel, which also reads what the socket has, is asked last).
 final class SessionPump {
     let session: SSHSession
-    let io: SocketIO
     let control: ChannelControl
     var main: SessionChannel?
     var forwards: [ForwardedConnection] = []
     /// Accepted connections whose channel is not open yet; the first one's open is in flight
-    /// (libssh2 opens one channel at a time).
+    /// (one channel is opened at a time).
     var opening: [ForwardedConnection] = []
+    private var openingChannel: OpaquePointer?
     var accepting = true
     private let scratch: UnsafeMutableRawBufferPointer
+    /// When the server last sent a packet, and how many it had sent then.
+    private var lastInbound = Date()
+    private var packetsSeen: UInt64 = 0
+    private var nextKeepalive = Date()
 
     static let chunk = 256 * 1024
 
     init(session: SSHSession, control: ChannelControl) {
         self.session = session
-        self.io = session.box.io
         self.control = control
         scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: SessionPump.chunk, alignment: 16)
     }
@@ -234,12 +282,13 @@ final class SessionPump {
 
     private var raw: OpaquePointer { session.raw }
     private var listeners: [SSHForwardListener] { session.box.forwards.filter { !$0.isClosed } }
+    /// libssh holds bytes it could not send yet: no more channel data until the socket took them.
+    private var writePending: Bool { ssh_get_status(raw) & SSH_WRITE_PENDING != 0 }
 
     /// Readiness seen by the last `poll`.
     private struct Readiness {
         var control = true
         var input = false
-        var socketReadable = false
         var listeners: Set<Int32> = []
     }
 
@@ -247,21 +296,20 @@ final class SessionPump {
 
     func run() -> SSHChannelEnd {
         defer { cleanUp() }
-        io.lastInbound = Date()
+        lastInbound = Date()
+        packetsSeen = session.box.received.pointee.in_packets
+        let keepalive = session.configuration.keepalive
+        nextKeepalive = Date().addingTimeInterval(keepalive.effectiveInterval.seconds)
         var ready = Readiness()
         while true {
-            io.receivedThisRound = 0
             var progress = false
-            var readSomething = false
 
             for command in control.drain(pipeReadable: ready.control) {
                 if let end = handle(command) { return end }
             }
 
             if let main, main.end == nil {
-                let (moved, read) = service(main, inputReadable: ready.input)
-                progress = progress || moved
-                readSomething = readSomething || read
+                progress = service(main, inputReadable: ready.input) || progress
             }
             if let main, let end = main.end {
                 guard main.endedByServer else { return end }
@@ -277,47 +325,46 @@ final class SessionPump {
                 }
             }
             for forward in forwards {
-                let (moved, read) = service(forward)
-                progress = progress || moved
-                readSomething = readSomething || read
+                progress = service(forward) || progress
             }
             if let end = closeFinishedForwards() { return end }
             switch openNext() {
             case .lost(let failure): return .lost(failure)
             case .moved(let moved): progress = progress || moved
             }
+            // libssh sends a packet at once only when its last poll found the socket writable,
+            // and a channel read that finds data buffered does not poll: one poll per round
+            // sends what waits and reads what arrived.
+            _ = ssh_blocking_flush(raw, 0)
 
-            // The socket said it had data, but no channel read it (all waiting on their local
-            // side, or none open): take it into our buffer, so poll does not spin on it and
-            // silence is not mistaken for a dead connection.
-            if ready.socketReadable && !readSomething && !io.drained, let failure = io.fill() {
-                return .lost(failure)
+            // Keepalives ask for a reply: too long without a packet from the server means the
+            // connection is dead even if no socket error says so.
+            let packets = session.box.received.pointee.in_packets
+            if packets != packetsSeen {
+                packetsSeen = packets
+                lastInbound = Date()
             }
-
-            var nextKeepalive: Int32 = 0
-            let keepalive = session.configuration.keepalive
             if keepalive.isEnabled {
-                let rc = libssh2_keepalive_send(raw, &nextKeepalive)
-                if rc < 0 && rc != LIBSSH2_ERROR_EAGAIN { return .lost(session.failure(rc, "sending a keepalive")) }
-                // Keepalives ask for a reply: too long without a byte from the server means the
-                // connection is dead even if no socket error says so.
-                let silent = Date().timeIntervalSince(io.lastInbound)
+                if Date() >= nextKeepalive {
+                    sendKeepalive()
+                    nextKeepalive = Date().addingTimeInterval(keepalive.effectiveInterval.seconds)
+                }
+                let silent = Date().timeIntervalSince(lastInbound)
                 if keepalive.isConnectionLost(silence: .milliseconds(Int64(silent * 1000))) {
                     return .lost(SSHFailure(.connectionLost, "Connection lost: no answer to keepalives for \(Int(silent)) s"))
                 }
             }
-            if !io.flush() {
-                return .lost(SSHFailure(.connectionLost, "Connection lost: \(io.sendErrorText ?? "the tunnel closed")"))
+            if session.isClosed {
+                return .lost(session.failure("the session ran"))
             }
 
             // Sleep only when nothing can move without news from outside.
-            let busy = progress || io.receivedThisRound > 0 || canProgressNow()
             var timeout: Int32 = -1
-            if busy {
+            if progress || canProgressNow() {
                 timeout = 0
             } else if keepalive.isEnabled {
-                let untilKeepalive = max(1, Int(nextKeepalive)) * 1000
-                let silence = Duration.milliseconds(Int64(Date().timeIntervalSince(io.lastInbound) * 1000))
+                let untilKeepalive = max(0, Int(nextKeepalive.timeIntervalSinceNow * 1000) + 1)
+                let silence = Duration.milliseconds(Int64(Date().timeIntervalSince(lastInbound) * 1000))
                 let untilLoss = keepalive.remainingBeforeLoss(silence: silence).map { Int($0.seconds * 1000) + 10 } ?? untilKeepalive
                 timeout = Int32(clamping: max(0, min(untilKeepalive, untilLoss)))
             }
@@ -328,29 +375,37 @@ final class SessionPump {
         }
     }
 
-    /// Whether a channel can move data that libssh2 already holds (or into a window it already
-    /// has): then the pump must not sleep.
+    /// OpenSSH's `keepalive@openssh.com` global request, which asks for a reply. libssh keeps one
+    /// such request at a time: a call while the last reply is unread only reads it, so a second
+    /// call sends the next request (and does nothing while the server has not answered yet).
+    private func sendKeepalive() {
+        _ = ssh_send_keepalive(raw)
+        _ = ssh_send_keepalive(raw)
+    }
+
+    /// Whether a channel holds data it could take now, or has a window to write into: then the
+    /// pump must not sleep. `ssh_channel_poll` also reads what the socket has.
     private func canProgressNow() -> Bool {
-        let room = io.pendingOutbound < SocketIO.highWater
-        if io.bufferedInbound > 0 && (main.map { $0.end == nil } ?? false || forwards.contains { $0.channel != nil && !$0.failed } || !opening.isEmpty) {
-            return true
-        }
+        let room = !writePending
         if let main, main.end == nil {
-            if readAvailable(main.raw) > 0 { return true }
-            if !main.toSend.isEmpty && room && libssh2_channel_window_write_ex(main.raw, nil) > 0 { return true }
+            if buffered(main.raw) { return true }
+            if !main.toSend.isEmpty && room && ssh_channel_window_size(main.raw) > 0 { return true }
         }
         for forward in forwards {
             guard let channel = forward.channel, !forward.failed else { continue }
-            if forward.toSocket.isEmpty && !forward.remoteEOF && readAvailable(channel) > 0 { return true }
-            if !forward.toChannel.isEmpty && room && libssh2_channel_window_write_ex(channel, nil) > 0 { return true }
+            if forward.toSocket.isEmpty && !forward.remoteEOF && buffered(channel) { return true }
+            if !forward.toChannel.isEmpty && room && ssh_channel_window_size(channel) > 0 { return true }
         }
+        if let main, main.end == nil, ssh_channel_is_eof(main.raw) != 0 { return true }
         return false
     }
 
-    private func readAvailable(_ channel: OpaquePointer) -> UInt {
-        var available: UInt = 0
-        _ = libssh2_channel_window_read_ex(channel, &available, nil)
-        return available
+    /// Data (or its end) waits in `channel`'s buffers.
+    private func buffered(_ channel: OpaquePointer) -> Bool {
+        let out = ssh_channel_poll(channel, 0)
+        if out > 0 || out == SSH_EOF { return true }
+        let err = ssh_channel_poll(channel, 1)
+        return err > 0
     }
 
     private enum Waited {
@@ -361,9 +416,8 @@ final class SessionPump {
     private func wait(timeout: Int32) -> Waited {
         var entries: [pollfd] = []
         var events = Int16(POLLIN)
-        if io.bufferedInbound >= SocketIO.inboundLimit { events = 0 }
-        if io.pendingOutbound > 0 { events |= Int16(POLLOUT) }
-        entries.append(pollfd(fd: io.fd, events: events, revents: 0))
+        if writePending { events |= Int16(POLLOUT) }
+        entries.append(pollfd(fd: session.fd, events: events, revents: 0))
         entries.append(pollfd(fd: control.readEnd, events: Int16(POLLIN), revents: 0))
         var inputIndex: Int?
         if let main, main.end == nil, let input = main.input, !main.inputEnded, main.toSend.count < 1 << 20 {
@@ -391,15 +445,16 @@ final class SessionPump {
             entries.append(pollfd(fd: forward.socket, events: wanted, revents: 0))
         }
         let count = poll(&entries, nfds_t(entries.count), timeout)
-        io.polled()
         if count < 0 && errno != EINTR {
             return .ended(.localOutputFailed("poll: \(String(cString: strerror(errno)))"))
         }
         var ready = Readiness()
-        let session = entries[0].revents
-        if session & Int16(POLLOUT) != 0 { io.flush() }
-        if session & Int16(POLLIN) != 0 { ready.socketReadable = true }
-        if session & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && session & Int16(POLLIN) == 0 {
+        let socket = entries[0].revents
+        if socket & Int16(POLLIN | POLLOUT) != 0 {
+            // Let libssh read (and send) what the socket has now, even when no channel reads.
+            _ = ssh_blocking_flush(raw, 0)
+        }
+        if socket & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && socket & Int16(POLLIN) == 0 {
             return .ended(.lost(SSHFailure(.connectionLost, "Connection lost: the tunnel closed")))
         }
         ready.control = entries[1].revents != 0
@@ -430,27 +485,25 @@ final class SessionPump {
         case .write(let data): main.toSend.append(data)
         case .endOfInput: main.inputEnded = true
         case .resize(let columns, let rows):
-            let rc = try? session.retry("resizing", until: Date(timeIntervalSinceNow: 5)) {
-                libssh2_channel_request_pty_size_ex(main.raw, Int32(columns), Int32(rows), 0, 0)
-            }
-            if let rc, rc < 0 {
-                let failure = session.failure(rc, "resizing the terminal")
+            // A window-change asks for no reply: it only queues a packet.
+            if ssh_channel_change_pty_size(main.raw, Int32(columns), Int32(rows)) == SSH_ERROR {
+                let failure = session.failure("resizing the terminal")
                 if failure.kind == .connectionLost { main.end = .lost(failure) }
             }
         case .close:
-            _ = try? session.retry("closing the channel", until: Date(timeIntervalSinceNow: 5)) { libssh2_channel_close(main.raw) }
+            _ = ssh_channel_close(main.raw)
             main.end = .closed
         }
         return nil
     }
 
-    /// Moves the session channel's data both ways; (progress, read from libssh2).
-    private func service(_ main: SessionChannel, inputReadable: Bool) -> (Bool, Bool) {
+    /// Moves the session channel's data both ways; whether anything moved.
+    private func service(_ main: SessionChannel, inputReadable: Bool) -> Bool {
         var progress = false
         let fetched = readOutput(main)
         if let end = fetched.end {
             main.end = end
-            return (true, true)
+            return true
         }
         progress = progress || fetched.progress
 
@@ -468,9 +521,9 @@ final class SessionPump {
                             _ = text.withUnsafeBytes { main.sink(0, $0) }
                         case .disconnect:
                             // No wait for the server's close: this is the way out of a hung session.
-                            _ = libssh2_channel_close(main.raw)
+                            _ = ssh_channel_close(main.raw)
                             main.end = .closed
-                            return (true, true)
+                            return true
                         }
                     }
                 } else {
@@ -481,57 +534,58 @@ final class SessionPump {
             }
         }
 
-        while !main.toSend.isEmpty && io.pendingOutbound < SocketIO.highWater {
-            var rc = 0
+        while !main.toSend.isEmpty && !writePending {
+            var rc: Int32 = 0
             _ = main.toSend.consume { bytes in
-                rc = libssh2_channel_write_ex(main.raw, 0, bytes.baseAddress!.assumingMemoryBound(to: CChar.self),
-                                              min(bytes.count, SessionPump.chunk))
-                return max(0, rc)
+                rc = ssh_channel_write(main.raw, bytes.baseAddress, UInt32(min(bytes.count, SessionPump.chunk)))
+                return Int(max(0, rc))
             }
             if rc > 0 {
                 progress = true
-            } else if rc == Int(LIBSSH2_ERROR_EAGAIN) || rc == 0 {
+            } else if rc == 0 || rc == SSH_AGAIN {
                 break
             } else {
-                main.end = .lost(session.failure(Int32(rc), "writing to the channel"))
-                return (true, true)
+                main.end = .lost(session.failure("writing to the channel"))
+                return true
             }
         }
-        if main.inputEnded && main.toSend.isEmpty && !main.eofSent {
-            let rc = libssh2_channel_send_eof(main.raw)
-            if rc == 0 {
+        if main.inputEnded && main.toSend.isEmpty && !main.eofSent && !writePending {
+            let rc = ssh_channel_send_eof(main.raw)
+            if rc == SSH_OK {
                 main.eofSent = true
                 progress = true
-            } else if rc != LIBSSH2_ERROR_EAGAIN {
-                main.end = .lost(session.failure(rc, "ending the command's input"))
-                return (true, true)
+            } else if rc != SSH_AGAIN {
+                main.end = .lost(session.failure("ending the command's input"))
+                return true
             }
         }
-        if libssh2_channel_eof(main.raw) == 1 {
+        if ssh_channel_is_eof(main.raw) != 0 {
             let last = readOutput(main)
             if let end = last.end {
                 main.end = end
-            } else {
-                main.end = finish(main.raw)
-                main.endedByServer = true
+                return true
             }
-            return (true, true)
+            if ssh_channel_poll(main.raw, 0) == SSH_EOF && ssh_channel_poll(main.raw, 1) <= 0 {
+                main.end = finish(main)
+                main.endedByServer = true
+                return true
+            }
+            return true
         }
-        return (progress, true)
+        return progress
     }
 
-    /// Reads what libssh2 has for either stream and hands it to the sink. Stops after a few
-    /// MiB so the rest of the loop (input, forwards, keepalives) gets its turn.
+    /// Reads what libssh has for either stream and hands it to the sink. Stops after a few MiB
+    /// so the rest of the loop (input, forwards, keepalives) gets its turn.
     private func readOutput(_ main: SessionChannel) -> (progress: Bool, end: SSHChannelEnd?) {
         var progress = false
         var total = 0
         var again = true
         while again && total < 8 * SessionPump.chunk {
             again = false
-            for stream: Int32 in [0, Int32(SSH_EXTENDED_DATA_STDERR)] {
+            for stream: Int32 in [0, 1] {
                 while total < 8 * SessionPump.chunk {
-                    let n = libssh2_channel_read_ex(main.raw, stream, scratch.baseAddress!.assumingMemoryBound(to: CChar.self),
-                                                    SessionPump.chunk)
+                    let n = Int(ssh_channel_read_nonblocking(main.raw, scratch.baseAddress, UInt32(SessionPump.chunk), stream))
                     if n > 0 {
                         progress = true
                         again = true
@@ -542,29 +596,25 @@ final class SessionPump {
                         }
                         continue
                     }
-                    if n == Int(LIBSSH2_ERROR_EAGAIN) || n == 0 { break }
-                    return (progress, .lost(session.failure(Int32(n), "reading from the channel")))
+                    if n == 0 || n == Int(SSH_EOF) || n == Int(SSH_AGAIN) { break }
+                    return (progress, .lost(session.failure("reading from the channel")))
                 }
             }
         }
         return (progress, nil)
     }
 
-    /// The remote side sent EOF: close the channel, wait (bounded) for its close, and read
-    /// the exit status or signal.
-    private func finish(_ channel: OpaquePointer) -> SSHChannelEnd {
+    /// The remote side sent EOF and every byte was read: wait (bounded) for its exit status and
+    /// close, then close our side.
+    private func finish(_ main: SessionChannel) -> SSHChannelEnd {
         let deadline = Date(timeIntervalSinceNow: 5)
-        _ = try? session.retry("closing the channel", until: deadline) { libssh2_channel_close(channel) }
-        _ = try? session.retry("closing the channel", until: deadline) { libssh2_channel_wait_closed(channel) }
-        var signal: UnsafeMutablePointer<CChar>?
-        var signalLength = 0
-        _ = libssh2_channel_get_exit_signal(channel, &signal, &signalLength, nil, nil, nil, nil)
-        if let signal {
-            defer { free(signal) }
-            // The signal's name is the server's text: visible-safe before it is a value.
-            if signalLength > 0 { return .signalled(ServerText.visible(UnsafeRawBufferPointer(start: signal, count: signalLength), limit: 64)) }
+        // The exit-status (or -signal) comes before the server's close; wait for one of them.
+        while main.exit.status == nil && main.exit.signal == nil && ssh_channel_is_closed(main.raw) == 0 && !session.isClosed {
+            guard (try? session.waitSocket(until: deadline, what: "closing the channel")) != nil else { break }
+            _ = ssh_channel_poll(main.raw, 0)
         }
-        return .exited(libssh2_channel_get_exit_status(channel))
+        _ = ssh_channel_close(main.raw)
+        return main.exit.end
     }
 
     // MARK: Local forwards
@@ -598,43 +648,47 @@ final class SessionPump {
     private func openNext() -> Opened {
         guard let next = opening.first else { return .moved(false) }
         let forward = next.listener.forward
-        let channel = libssh2_channel_direct_tcpip_ex(raw, forward.host, Int32(forward.hostPort),
-                                                      next.origin.host, Int32(next.origin.port))
-        if let channel {
-            opening.removeFirst()
+        if openingChannel == nil {
+            guard let channel = ssh_channel_new(raw) else { return .lost(session.failure("opening a forwarded connection")) }
+            openingChannel = channel
+        }
+        let channel = openingChannel!
+        let rc = ssh_channel_open_forward(channel, forward.host, Int32(forward.hostPort), next.origin.host, Int32(next.origin.port))
+        if rc == SSH_AGAIN { return .moved(false) }
+        openingChannel = nil
+        opening.removeFirst()
+        if rc == SSH_OK {
             next.channel = channel
-            // A direct-tcpip channel has no stderr; anything sent as such is dropped (and its
-            // window given back) instead of piling up unread.
-            libssh2_channel_handle_extended_data2(channel, LIBSSH2_CHANNEL_EXTENDED_DATA_IGNORE)
             forwards.append(next)
             next.listener.onEvent?(.opened(origin: next.originText))
             return .moved(true)
         }
-        let code = libssh2_session_last_errno(raw)
-        if code == LIBSSH2_ERROR_EAGAIN { return .moved(false) }
-        let failure = session.failure(code, "opening a forwarded connection")
+        let failure = session.failure("opening a forwarded connection")
+        let reason = openFailureReason()
+        ssh_channel_free(channel)
         if failure.kind == .connectionLost || failure.kind == .timedOut { return .lost(failure) }
-        opening.removeFirst()
         _ = close(next.socket)
-        next.listener.onEvent?(.openFailed(origin: next.originText, reason: openFailureReason()))
+        next.listener.onEvent?(.openFailed(origin: next.originText, reason: reason))
         return .moved(true)
     }
 
-    /// The server's reason for refusing a channel, from libssh2's message
-    /// ("Channel open failure (connect failed)" → "connect failed").
+    /// The server's reason for refusing a channel, from libssh's message ("Channel open
+    /// failure for channel 2: connect failed (2)" → "connect failed").
     private func openFailureReason() -> String {
-        let text = session.lastErrorText()
-        if let open = text.firstIndex(of: "("), let close = text.lastIndex(of: ")"), open < close {
-            return String(text[text.index(after: open)..<close])
+        var text = Substring(session.lastErrorText())
+        if let colon = text.lastIndex(of: ":"), text[text.index(after: colon)...].first == " " {
+            text = text[text.index(colon, offsetBy: 2)...]
         }
-        return text
+        if text.hasSuffix(")"), let open = text.lastIndex(of: "(") {
+            text = text[..<open]
+        }
+        return String(text).trimmingHorizontalWhitespace
     }
 
-    /// Moves one forwarded connection's data both ways; (progress, read from libssh2).
-    private func service(_ forward: ForwardedConnection) -> (Bool, Bool) {
-        guard let channel = forward.channel, !forward.failed else { return (false, false) }
+    /// Moves one forwarded connection's data both ways; whether anything moved.
+    private func service(_ forward: ForwardedConnection) -> Bool {
+        guard let channel = forward.channel, !forward.failed else { return false }
         var progress = false
-        var readChannel = false
         // Local side → channel.
         if forward.readable && !forward.localEOF && forward.toChannel.count < SessionPump.chunk {
             forward.readable = false
@@ -647,28 +701,27 @@ final class SessionPump {
                 progress = true
             } else if errno != EAGAIN && errno != EINTR {
                 forward.failed = true
-                return (true, false)
+                return true
             }
         }
-        while !forward.toChannel.isEmpty && io.pendingOutbound < SocketIO.highWater {
-            var rc = 0
+        while !forward.toChannel.isEmpty && !writePending {
+            var rc: Int32 = 0
             _ = forward.toChannel.consume { bytes in
-                rc = libssh2_channel_write_ex(channel, 0, bytes.baseAddress!.assumingMemoryBound(to: CChar.self), bytes.count)
-                return max(0, rc)
+                rc = ssh_channel_write(channel, bytes.baseAddress, UInt32(bytes.count))
+                return Int(max(0, rc))
             }
-            readChannel = true
             if rc > 0 {
                 progress = true
-            } else if rc == Int(LIBSSH2_ERROR_EAGAIN) || rc == 0 {
+            } else if rc == 0 || rc == SSH_AGAIN {
                 break
             } else {
                 forward.failed = true
-                return (true, true)
+                return true
             }
         }
         if forward.localEOF && forward.toChannel.isEmpty && !forward.eofSent {
-            let rc = libssh2_channel_send_eof(channel)
-            if rc == 0 || rc != LIBSSH2_ERROR_EAGAIN {
+            let rc = ssh_channel_send_eof(channel)
+            if rc != SSH_AGAIN {
                 forward.eofSent = true   // an error here means the channel is gone: nothing more to send anyway
                 progress = true
             }
@@ -679,14 +732,15 @@ final class SessionPump {
             progress = flushToSocket(forward) || progress
         }
         while forward.toSocket.isEmpty && !forward.remoteEOF {
-            let n = libssh2_channel_read_ex(channel, 0, scratch.baseAddress!.assumingMemoryBound(to: CChar.self), SessionPump.chunk)
-            readChannel = true
+            // A direct-tcpip channel has no stderr; anything sent as such is read and dropped.
+            while ssh_channel_read_nonblocking(channel, scratch.baseAddress, UInt32(SessionPump.chunk), 1) > 0 {}
+            let n = Int(ssh_channel_read_nonblocking(channel, scratch.baseAddress, UInt32(SessionPump.chunk), 0))
             if n > 0 {
                 progress = true
                 let sent = send(forward.socket, scratch.baseAddress, n, Int32(MSG_NOSIGNAL))
                 if sent < 0 && errno != EAGAIN && errno != EINTR {
                     forward.failed = true
-                    return (true, true)
+                    return true
                 }
                 let taken = max(0, sent)
                 if taken < n {
@@ -694,22 +748,21 @@ final class SessionPump {
                 }
                 continue
             }
-            if n == Int(LIBSSH2_ERROR_EAGAIN) || n == 0 {
-                if libssh2_channel_eof(channel) == 1 {
-                    forward.remoteEOF = true
-                    progress = true
-                }
+            if n == 0 || n == Int(SSH_AGAIN) { break }
+            if n == Int(SSH_EOF) || ssh_channel_is_eof(channel) != 0 {
+                forward.remoteEOF = true
+                progress = true
                 break
             }
             forward.failed = true
-            return (true, true)
+            return true
         }
         if forward.remoteEOF && forward.toSocket.isEmpty && !forward.shutDown {
             _ = shutdown(forward.socket, Int32(SHUT_WR))
             forward.shutDown = true
             progress = true
         }
-        return (progress, readChannel)
+        return progress
     }
 
     private func flushToSocket(_ forward: ForwardedConnection) -> Bool {
@@ -731,9 +784,9 @@ final class SessionPump {
         return moved
     }
 
-    /// Closes the channels of finished connections (without waiting for the server's close:
-    /// libssh2 frees a channel whose close is still on its way with the session) and their
-    /// sockets. Nil, or the end when the connection itself broke.
+    /// Closes the channels of finished connections (libssh frees a channel whose close is still
+    /// on its way once the server's close comes) and their sockets. Nil, or the end when the
+    /// connection itself broke.
     private func closeFinishedForwards() -> SSHChannelEnd? {
         var kept: [ForwardedConnection] = []
         for forward in forwards {
@@ -741,45 +794,30 @@ final class SessionPump {
                 kept.append(forward)
                 continue
             }
-            let rc = libssh2_channel_close(channel)
-            if rc == LIBSSH2_ERROR_EAGAIN {
-                // The close went out; the server's answer comes later. Done with it here.
-                _ = close(forward.socket)
-                forward.channel = nil
-                detached.append(channel)
-                continue
-            }
-            _ = libssh2_channel_free(channel)
+            _ = ssh_channel_close(channel)
+            ssh_channel_free(channel)
             _ = close(forward.socket)
             forward.channel = nil
         }
         forwards = kept
-        // Channels closed by us whose server close may still come: free them once it did.
-        detached.removeAll { channel in
-            let rc = libssh2_channel_free(channel)
-            return rc != LIBSSH2_ERROR_EAGAIN
-        }
-        if let failure = io.sendErrorText {
-            return .lost(SSHFailure(.connectionLost, "Connection lost: \(failure)"))
+        if session.isClosed {
+            return .lost(session.failure("forwarding"))
         }
         return nil
     }
 
-    /// Channels closed locally, waiting for the server's close before libssh2 frees them.
-    private var detached: [OpaquePointer] = []
-
     /// The end: the session channel freed, forwarded connections and their channels closed.
     private func cleanUp() {
-        if let main { _ = libssh2_channel_free(main.raw) }
+        if let main { ssh_channel_free(main.raw) }
         for forward in forwards + opening {
-            if let channel = forward.channel { _ = libssh2_channel_free(channel) }
+            if let channel = forward.channel { ssh_channel_free(channel) }
             _ = close(forward.socket)
         }
+        if let openingChannel { ssh_channel_free(openingChannel) }
+        openingChannel = nil
         forwards = []
         opening = []
-        for channel in detached { _ = libssh2_channel_free(channel) }
-        detached = []
-        _ = io.flush()
+        session.flushOutput(until: Date(timeIntervalSinceNow: 1))
     }
 }
 
@@ -789,11 +827,11 @@ extension SSHSession {
     /// posted writes to the channel, resizes and EOF from `control`, keepalives as
     /// `configuration.keepalive` says, and the forwards registered with ``startForwarding(_:)``.
     /// Frees the channel. Runs on the session's thread.
-    func pump(channel: OpaquePointer?, input: Int32?, sink: @escaping OutputSink, control: ChannelControl,
+    func pump(channel: ChannelHandle?, input: Int32?, sink: @escaping OutputSink, control: ChannelControl,
               escapes: SSHEscapes? = nil) -> SSHChannelEnd {
         let pump = SessionPump(session: self, control: control)
         if let channel {
-            pump.main = SessionChannel(raw: channel, input: input, sink: sink, escapes: escapes)
+            pump.main = SessionChannel(raw: channel.raw, exit: channel.exit, input: input, sink: sink, escapes: escapes)
         }
         return pump.run()
     }
@@ -875,7 +913,7 @@ public final class SSHInteractiveChannel: Sendable {
         let (input, output) = (input?.rawValue, output.rawValue)
         do {
             return try await session.onThread { session in
-                session.pump(channel: channel.raw, input: input, sink: descriptorSink(output: output, error: output),
+                session.pump(channel: channel, input: input, sink: descriptorSink(output: output, error: output),
                              control: control, escapes: escapes)
             }
         } catch {
@@ -890,7 +928,7 @@ public final class SSHInteractiveChannel: Sendable {
         let control = self.control
         do {
             return try await session.onThread { session in
-                session.pump(channel: channel.raw, input: nil, sink: { _, bytes in onOutput(Data(bytes)); return true },
+                session.pump(channel: channel, input: nil, sink: { _, bytes in onOutput(Data(bytes)); return true },
                              control: control)
             }
         } catch {

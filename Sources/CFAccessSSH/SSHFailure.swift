@@ -22,7 +22,7 @@ public struct SSHFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public let kind: Kind
     /// One plain line for people; never carries a secret.
     public let message: String
-    /// libssh2's error code, when libssh2 reported one (0 otherwise).
+    /// The SSH library's result code, when it gave one (0 otherwise).
     public let code: Int32
 
     /// Creates a failure.

@@ -89,6 +89,10 @@ public final class SSHSession: @unchecked Sendable {
         _ = ssh_options_set(session, SSH_OPTIONS_LOG_VERBOSITY, &quiet)
         _ = ssh_options_set(session, SSH_OPTIONS_FD, &socket)
         _ = ssh_options_set(session, SSH_OPTIONS_HOST, "ssh")
+        // Host keys are ours to check (the delegate); libssh must not read known_hosts files to
+        // reorder the host-key algorithms we ask for.
+        _ = ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, "/dev/null")
+        _ = ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null")
         ssh_set_blocking(session, 0)
         self.fd = fileDescriptor
         self.raw = session
@@ -147,7 +151,7 @@ public final class SSHSession: @unchecked Sendable {
     /// or the deadline (moved on by the time spent in prompts) passes (throws `.timedOut`).
     func waitSocket(until requestDeadline: Date?, what: String) throws(SSHFailure) {
         var events = Int16(POLLIN)
-        if ssh_get_poll_flags(raw) & SSH_WRITE_PENDING != 0 { events |= Int16(POLLOUT) }
+        if ssh_get_status(raw) & SSH_WRITE_PENDING != 0 { events |= Int16(POLLOUT) }
         while true {
             var milliseconds: Int32 = -1
             let deadline = requestDeadline?.addingTimeInterval(box.promptPause)
@@ -198,9 +202,9 @@ public final class SSHSession: @unchecked Sendable {
         guard ssh_get_status(raw) & (SSH_CLOSED | SSH_CLOSED_ERROR) != 0 else { return nil }
         let text = lastErrorText()
         // libssh: "Received SSH_MSG_DISCONNECT: <code>:<description>".
-        guard let marker = text.range(of: "SSH_MSG_DISCONNECT: ") else { return nil }
+        guard let marker = text.firstRange(of: "SSH_MSG_DISCONNECT: ") else { return nil }
         var reason = text[marker.upperBound...]
-        if let colon = reason.firstIndex(of: ":"), reason[..<colon].allSatisfy(\.isNumber) {
+        if let colon = reason.firstIndex(of: ":"), reason[..<colon].allSatisfy({ $0.isNumber }) {
             reason = reason[reason.index(after: colon)...]
         }
         let value = reason.isEmpty ? "no reason given" : String(reason.prefix(512))
@@ -253,10 +257,15 @@ public final class SSHSession: @unchecked Sendable {
         // What comes before the server's identification is read (and dropped) here, as OpenSSH
         // bounds it; libssh then finds the identification first on the socket.
         try skipPreIdentification(until: deadline)
-        let rc = try retry("handshake", until: deadline) { ssh_connect(raw) }
+        let rc = try retry("handshake", until: deadline) {
+            let rc = ssh_connect(raw)
+            // libssh makes the socket blocking while it connects; the pump needs it non-blocking
+            // (the flag belongs to the socket, shared with libssh's duplicate).
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            return rc
+        }
         guard rc == SSH_OK else {
-            if let why = NegotiationDiagnosis.explain(libsshError: lastErrorText(), hostKeysOffered: hostKeysOffered,
-                                                      engine: .linked) {
+            if let why = NegotiationDiagnosis.explain(libsshError: lastErrorText(), engine: SSHEngine.text) {
                 throw SSHFailure(.protocolError, why)
             }
             throw failure("handshaking")
@@ -267,16 +276,15 @@ public final class SSHSession: @unchecked Sendable {
             throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
         }
         defer { ssh_key_free(serverKey) }
-        var blob: OpaquePointer?
-        guard ssh_pki_export_pubkey_blob(serverKey, &blob) == SSH_OK, let blob else {
+        var base64: UnsafeMutablePointer<CChar>?
+        guard ssh_pki_export_pubkey_base64(serverKey, &base64) == SSH_OK, let base64 else {
             throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
         }
-        defer { ssh_string_free(blob) }
-        let count = Int(ssh_string_len(blob))
-        guard count > 0, let data = ssh_string_data(blob) else {
+        let text = String(cString: base64)
+        ssh_string_free_char(base64)
+        guard let bytes = Base64.decode(text, alphabet: .standard), !bytes.isEmpty else {
             throw SSHFailure(.protocolError, "the SSH server sent no usable host key")
         }
-        let bytes = [UInt8](UnsafeRawBufferPointer(start: data, count: count))
         return SSHHostKey(blob: bytes, sha256: Digest.sha256(bytes))
     }
 
@@ -459,7 +467,8 @@ public final class SSHSession: @unchecked Sendable {
     private func privateKeyOnThread(user: String, path: String, passphrase: String?) throws(SSHFailure) {
         func load() throws(SSHFailure) -> OpaquePointer {
             var key: OpaquePointer?
-            let rc = ssh_pki_import_privkey_file(path, passphrase, nil, nil, &key)
+            // Never nil: without a passphrase and a callback, OpenSSL would ask on the terminal.
+            let rc = ssh_pki_import_privkey_file(path, passphrase ?? "", nil, nil, &key)
             guard rc == SSH_OK, let key else {
                 if !FileManager.default.isReadableFile(atPath: path) {
                     throw SSHFailure(.localIO, "using the key \(path): the file cannot be read")
@@ -619,7 +628,7 @@ public final class SSHSession: @unchecked Sendable {
         -> SSHInteractiveChannel {
         let control = try ChannelControl()
         let channel = try await onThread { session throws(SSHFailure) -> ChannelHandle in
-            ChannelHandle(raw: try session.openChannel(command: command, terminal: terminal, environment: environment))
+            try session.openChannel(command: command, terminal: terminal, environment: environment)
         }
         return SSHInteractiveChannel(session: self, channel: channel, control: control)
     }
@@ -627,9 +636,11 @@ public final class SSHSession: @unchecked Sendable {
     /// Opens a session channel and starts `command` (exec) or a shell, with a PTY if `terminal`,
     /// after asking for `environment` (a variable the server refuses is skipped, as ssh skips it).
     func openChannel(command: String?, terminal: SSHTerminal?, environment: [String: String] = [:]) throws(SSHFailure)
-        -> OpaquePointer {
+        -> ChannelHandle {
         let deadline = self.deadline()
         guard let channel = ssh_channel_new(raw) else { throw failure("opening a channel") }
+        let exit = ChannelExit()
+        exit.attach(to: channel)
         do throws(SSHFailure) {
             let opened = try retry("opening a channel", until: deadline) { ssh_channel_open_session(channel) }
             guard opened == SSH_OK else { throw failure("opening a channel") }
@@ -640,9 +651,15 @@ public final class SSHSession: @unchecked Sendable {
                 if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
             }
             if let terminal {
+                let modes = terminal.modes.encoded(fitting: 4096)
                 let rc = try retry("requesting a terminal", until: deadline) {
-                    CCFLibSSH_request_pty(channel, terminal.term, Int32(terminal.columns), Int32(terminal.rows),
-                                          terminal.modes.encoded(fitting: 4096))
+                    // libssh ≥ 0.11 sends our terminal modes; 0.10 (Debian 12) can send none.
+                    if let withModes = PTYRequest.withModes {
+                        return modes.withUnsafeBufferPointer { bytes in
+                            withModes(channel, terminal.term, Int32(terminal.columns), Int32(terminal.rows), bytes.baseAddress, bytes.count)
+                        }
+                    }
+                    return ssh_channel_request_pty_size(channel, terminal.term, Int32(terminal.columns), Int32(terminal.rows))
                 }
                 guard rc == SSH_OK else { throw failure("requesting a terminal") }
             }
@@ -656,7 +673,7 @@ public final class SSHSession: @unchecked Sendable {
             ssh_channel_free(channel)
             throw error
         }
-        return channel
+        return ChannelHandle(raw: channel, exit: exit)
     }
 
     // MARK: Ending
@@ -680,7 +697,7 @@ public final class SSHSession: @unchecked Sendable {
 
     /// Sends what libssh still holds for the socket, waiting (poll) at most until `deadline`.
     func flushOutput(until deadline: Date) {
-        while ssh_get_poll_flags(raw) & SSH_WRITE_PENDING != 0, !isClosed {
+        while ssh_get_status(raw) & SSH_WRITE_PENDING != 0, !isClosed {
             let left = deadline.timeIntervalSinceNow
             if left <= 0 { return }
             if ssh_blocking_flush(raw, Int32(max(1, min(left * 1000, 1000)))) == SSH_ERROR { return }
@@ -693,13 +710,23 @@ public final class SSHSession: @unchecked Sendable {
         _ = try? await onThread { session in
             guard !session.freed else { return }
             session.freed = true
+            // libssh's duplicate of the socket, unless libssh closed it already (on an error).
+            let duplicate = ssh_get_fd(session.raw)
             if session.handshakeDone, !session.isClosed {
+                session.flushOutput(until: Date(timeIntervalSinceNow: 2))
+                // libssh writes a packet at once only when its last poll found the socket writable;
+                // otherwise it queues it, and ssh_disconnect would drop the queued message.
+                _ = ssh_blocking_flush(session.raw, 100)
                 _ = ssh_session_set_disconnect_message(session.raw, description)
-                // ssh_disconnect sends the message and closes libssh's duplicate of the socket.
+                // Sends SSH_MSG_DISCONNECT (one non-blocking send: the queue is empty now) and
+                // forgets the socket without closing it (it was given with SSH_OPTIONS_FD).
                 ssh_disconnect(session.raw)
+                if duplicate >= 0 { close(duplicate) }
             }
-            session.box.agent?.stop()
             ssh_free(session.raw)
+            // After libssh closed its end of the agent's socket pair (a write to a closed pair
+            // would raise SIGPIPE: libssh writes to the agent without MSG_NOSIGNAL).
+            session.box.agent?.stop()
             if let stream = session.stream {
                 // Let the tunnel take the last bytes (the disconnect message) before closing:
                 // end our writing, then wait (bounded) until the other end closes too.
@@ -711,9 +738,10 @@ public final class SSHSession: @unchecked Sendable {
     }
 }
 
-/// A channel pointer that may cross to the session's thread and back.
+/// A channel pointer (and what its callbacks fill in) that may cross to the session's thread and back.
 struct ChannelHandle: @unchecked Sendable {
     let raw: OpaquePointer
+    let exit: ChannelExit
 }
 
 /// What the session keeps beside libssh, used on the session's thread only: the time spent in
@@ -738,4 +766,26 @@ final class SessionBox: @unchecked Sendable {
     deinit {
         received.deallocate()
     }
+}
+
+extension SSHAuthenticationMethods {
+    /// The set of libssh's `SSH_AUTH_METHOD_*` bits.
+    init(libsshMask mask: UInt32) {
+        self = []
+        if mask & SSH_AUTH_METHOD_PUBLICKEY != 0 { insert(.publicKey) }
+        if mask & SSH_AUTH_METHOD_INTERACTIVE != 0 { insert(.keyboardInteractive) }
+        if mask & SSH_AUTH_METHOD_PASSWORD != 0 { insert(.password) }
+        if mask & SSH_AUTH_METHOD_HOSTBASED != 0 { insert(.hostBased) }
+        if mask & SSH_AUTH_METHOD_GSSAPI_MIC != 0 { insert(.gssapi) }
+    }
+}
+
+/// `ssh_channel_request_pty_size_modes` of libssh ≥ 0.11, looked up in the linked libssh at run
+/// time (nil with 0.10, which has no way to send terminal modes).
+enum PTYRequest {
+    typealias Function = @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, Int32, Int32, UnsafePointer<UInt8>?, Int) -> Int32
+    static let withModes: Function? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "ssh_channel_request_pty_size_modes") else { return nil }
+        return unsafeBitCast(symbol, to: Function.self)
+    }()
 }

@@ -11,7 +11,7 @@ enum VersionReport {
     /// The whole report, one library a line.
     static func text() -> String {
         var lines = ["\(short) (commit \(BuildInfo.commit))"]
-        let libraries = LinkedLibraries.versions() + [("libssh2", LibSSH2Version.text)]
+        let libraries = LinkedLibraries.versions() + [("libssh", String(SSHEngine.text.dropFirst("libssh ".count)))]
         let width = libraries.map(\.name.count).max() ?? 0
         for (name, version) in libraries {
             lines.append("  " + name + String(repeating: " ", count: width - name.count) + "  " + version)

@@ -9,11 +9,11 @@ struct AuthenticationOrderTests {
     private let refused = SSHFailure(.authenticationFailed, "Authentication failed")
     private let all: SSHAuthenticationMethods = [.publicKey, .keyboardInteractive, .password]
 
-    private let old = LibSSH2Features(version: "1.10.0", rsaSHA2: false)
+    private let old = SSHEngineFeatures(version: "1.10.0", rsaSHA2: false)
 
     private func order(agent: String? = "/run/agent.sock", keys: [AuthenticationOrder.KeyFile] = [],
                        identitiesOnly: Bool = false, canAsk: Bool = true, store: Bool = true,
-                       features: LibSSH2Features = LibSSH2Features(version: "1.11.0", rsaSHA2: true)) -> AuthenticationOrder {
+                       features: SSHEngineFeatures = SSHEngineFeatures(version: "1.11.0", rsaSHA2: true)) -> AuthenticationOrder {
         AuthenticationOrder(setup: .init(account: account, agentSocketPath: agent, keys: keys, identitiesOnly: identitiesOnly,
                                          canAsk: canAsk, hasPasswordStore: store, features: features))
     }

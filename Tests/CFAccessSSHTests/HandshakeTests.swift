@@ -57,47 +57,6 @@ struct HandshakeTests {
     }
 
     /// A binary packet holding a KEXINIT with these lists (the rest empty).
-    static func kexInitPacket(kex: String, hostKey: String, ciphers: String, macs: String) -> [UInt8] {
-        func nameList(_ text: String) -> [UInt8] {
-            let bytes = Array(text.utf8)
-            let n = UInt32(bytes.count)
-            return [UInt8(n >> 24), UInt8((n >> 16) & 0xff), UInt8((n >> 8) & 0xff), UInt8(n & 0xff)] + bytes
-        }
-        var payload: [UInt8] = [20] + [UInt8](repeating: 7, count: 16)
-        for list in [kex, hostKey, ciphers, ciphers, macs, macs, "none", "none", "", ""] { payload += nameList(list) }
-        payload += [0, 0, 0, 0, 0]
-        let padding = 8 - (payload.count + 5) % 8 + 8
-        let length = UInt32(payload.count + padding + 1)
-        return [UInt8(length >> 24), UInt8((length >> 16) & 0xff), UInt8((length >> 8) & 0xff), UInt8(length & 0xff),
-                UInt8(padding)] + payload + [UInt8](repeating: 0, count: padding)
-    }
-
-    @Test("KEXINIT: the server's lists are read from its first packet; a cut or foreign packet is not")
-    func kexInit() {
-        let packet = Self.kexInitPacket(kex: "curve25519-sha256,ecdh-sha2-nistp256", hostKey: "rsa-sha2-512,rsa-sha2-256",
-                                        ciphers: "aes128-ctr", macs: "hmac-sha2-256")
-        let parsed = KexInit.parse(packet: packet)
-        #expect(parsed == KexInit(kex: ["curve25519-sha256", "ecdh-sha2-nistp256"], hostKey: ["rsa-sha2-512", "rsa-sha2-256"],
-                                  ciphers: ["aes128-ctr"], macs: ["hmac-sha2-256"]))
-        #expect(KexInit.parse(packet: Array(packet.prefix(40))) == nil)
-        var other = packet
-        other[5] = 21
-        #expect(KexInit.parse(packet: other) == nil)
-    }
-
-    @Test("ciphers: OpenSSH's client order first (aes128-ctr before aes256-ctr with libssh2 1.10), then libssh2's other ciphers in its order")
-    func cipherOrder() {
-        let libssh2_1_10 = ["aes256-ctr", "aes192-ctr", "aes128-ctr", "aes256-cbc", "rijndael-cbc@lysator.liu.se",
-                            "aes192-cbc", "aes128-cbc", "3des-cbc"]
-        #expect(CipherAlgorithms.preference(supported: libssh2_1_10)
-                == ["aes128-ctr", "aes192-ctr", "aes256-ctr", "aes256-cbc", "rijndael-cbc@lysator.liu.se",
-                    "aes192-cbc", "aes128-cbc", "3des-cbc"])
-        let withGCM = ["aes256-gcm@openssh.com", "aes128-gcm@openssh.com"] + libssh2_1_10
-        #expect(Array(CipherAlgorithms.preference(supported: withGCM).prefix(5))
-                == ["aes128-ctr", "aes192-ctr", "aes256-ctr", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com"])
-        #expect(CipherAlgorithms.preference(supported: []) == [])
-    }
-
     @Test("host-key algorithms: the known types first (RSA as rsa-sha2 then ssh-rsa), then OpenSSH's order; only what libssh2 supports; never certificates or DSA")
     func hostKeyOrder() {
         let libssh2_1_10 = ["ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
@@ -113,30 +72,25 @@ struct HandshakeTests {
                 == ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521"])
     }
 
-    @Test("a failed key exchange is explained: an RSA-only server with libssh2 1.10 names the version and the way out; other lists name both sides; 1.11 says no RSA limitation")
+    @Test("a failed key exchange is explained from libssh's error: which list has nothing in common, both sides named; other errors are not")
     func negotiation() {
-        let old = LibSSH2Features(version: "1.10.0", rsaSHA2: false)
-        let new = LibSSH2Features(version: "1.11.0", rsaSHA2: true)
-        let ours = (hostKeys: ["ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"], kex: ["curve25519-sha256"],
-                    ciphers: ["aes128-ctr"], macs: ["hmac-sha2-256"])
-        let rsaOnly = KexInit(kex: ["curve25519-sha256"], hostKey: ["rsa-sha2-512", "rsa-sha2-256"], ciphers: ["aes128-ctr"],
-                              macs: ["hmac-sha2-256"])
-        let said = NegotiationDiagnosis.explain(server: rsaOnly, hostKeysOffered: ours.hostKeys, kexOffered: ours.kex,
-                                                ciphersOffered: ours.ciphers, macsOffered: ours.macs, features: old)
-        #expect(said == "The SSH server has only an RSA host key (it offers rsa-sha2-512,rsa-sha2-256): RSA keys need libssh2 ≥ 1.11 "
-                + "(this is libssh2 1.10.0: it signs and verifies RSA only as ssh-rsa, SHA-1, which OpenSSH ≥ 8.8 refuses); "
-                + "use an ed25519 or ECDSA key, or ssh with ProxyCommand")
-        let newer = NegotiationDiagnosis.explain(server: rsaOnly, hostKeysOffered: ours.hostKeys, kexOffered: ours.kex,
-                                                 ciphersOffered: ours.ciphers, macsOffered: ours.macs, features: new)
-        #expect(newer == "No host-key algorithm in common: the SSH server offers rsa-sha2-512,rsa-sha2-256; this client "
-                + "(libssh2 1.11.0) offers ssh-ed25519,ecdsa-sha2-nistp256,ssh-rsa")
-        let oldKex = KexInit(kex: ["diffie-hellman-group1-sha1"], hostKey: ["ssh-ed25519"], ciphers: ["aes128-ctr"], macs: ["hmac-sha2-256"])
-        #expect(NegotiationDiagnosis.explain(server: oldKex, hostKeysOffered: ours.hostKeys, kexOffered: ours.kex,
-                                             ciphersOffered: ours.ciphers, macsOffered: ours.macs, features: old)?
+        let hostKeys = "kex error : no match for method server host key algo: server [rsa-sha2-512,rsa-sha2-256], "
+            + "client [ssh-ed25519,ecdsa-sha2-nistp256]"
+        #expect(NegotiationDiagnosis.explain(libsshError: hostKeys, engine: "libssh 0.10.6")
+                == "No host-key algorithm in common: the SSH server offers rsa-sha2-512,rsa-sha2-256; this client "
+                + "(libssh 0.10.6) offers ssh-ed25519,ecdsa-sha2-nistp256")
+        let kex = "kex error : no match for method kex algos: server [diffie-hellman-group1-sha1], client [curve25519-sha256]"
+        #expect(NegotiationDiagnosis.explain(libsshError: kex, engine: "libssh 0.10.6")?
             .hasPrefix("No key-exchange method in common: the SSH server offers diffie-hellman-group1-sha1;") == true)
-        let fine = KexInit(kex: ["curve25519-sha256"], hostKey: ["ssh-ed25519"], ciphers: ["aes128-ctr"], macs: ["hmac-sha2-256"])
-        #expect(NegotiationDiagnosis.explain(server: fine, hostKeysOffered: ours.hostKeys, kexOffered: ours.kex,
-                                             ciphersOffered: ours.ciphers, macsOffered: ours.macs, features: old) == nil)
-        #expect(new.rsaLimitation == nil)
+        let cipher = "kex error : no match for method encryption client->server: server [3des-cbc], client [aes128-ctr]"
+        #expect(NegotiationDiagnosis.explain(libsshError: cipher, engine: "libssh 0.10.6")?.hasPrefix("No cipher in common") == true)
+        // Server text is made visible-safe.
+        let hostile = "kex error : no match for method mac algo client->server: server [\u{1b}]0;pwned\u{07}], client [hmac-sha2-256]"
+        let said = NegotiationDiagnosis.explain(libsshError: hostile, engine: "libssh 0.10.6") ?? ""
+        #expect(said.hasPrefix("No MAC in common") && !said.contains("\u{1b}") && !said.contains("\u{07}"), "\(said)")
+        #expect(NegotiationDiagnosis.explain(libsshError: "Socket error: disconnected", engine: "libssh 0.10.6") == nil)
+        #expect(SSHEngineFeatures.linked.rsaLimitation == nil)
+        let old = SSHEngineFeatures(version: "libssh2 1.10.0", rsaSHA2: false)
+        #expect(old.rsaLimitation?.contains("which libssh2 1.10.0 cannot make") == true)
     }
 }

@@ -236,13 +236,13 @@ struct ShellTrustTests {
         for (name, world, user) in [("sshd", real, sshd.keyUser), ("paramiko", hostile, "me")] {
             let extra = name == "sshd" ? ["-i", sshd.clientKeyPath.path] : []
             let result = try world.runTool(world.arguments(user: user, extra: extra, command: ["echo", "rsa-host"]))
-            if LibSSH2Features.linked.rsaSHA2 {
-                #expect(result.status == 0, "\(name), libssh2 \(LibSSH2Features.linked.version): \(result.stderr)")
+            if SSHEngineFeatures.linked.rsaSHA2 {
+                #expect(result.status == 0, "\(name), libssh2 \(SSHEngineFeatures.linked.version): \(result.stderr)")
             } else {
                 #expect(result.status == 76, "\(name): \(result.stderr)")
                 #expect(result.stderr.contains("The SSH server has only an RSA host key (it offers rsa-sha2-512,rsa-sha2-256"),
                         "\(name): \(result.stderr)")
-                #expect(result.stderr.contains("RSA keys need libssh2 ≥ 1.11 (this is libssh2 \(LibSSH2Features.linked.version)"))
+                #expect(result.stderr.contains("RSA keys need libssh2 ≥ 1.11 (this is libssh2 \(SSHEngineFeatures.linked.version)"))
                 #expect(result.stderr.contains("; use an ed25519 or ECDSA key, or ssh with ProxyCommand"))
                 #expect(!result.stderr.contains("Unable to exchange encryption keys"))
             }
@@ -261,7 +261,7 @@ struct ShellTrustTests {
         handle.write(try Data(contentsOf: key.appendingPathExtension("pub")))
         try handle.close()
         let result = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: ["-i", key.path], command: ["echo", "rsa-user"]))
-        if LibSSH2Features.linked.rsaSHA2 {
+        if SSHEngineFeatures.linked.rsaSHA2 {
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout == "rsa-user\n")
         } else {

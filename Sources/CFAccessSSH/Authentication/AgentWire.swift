@@ -194,14 +194,15 @@ final class AgentProxy: @unchecked Sendable {
         if old >= 0 { close(old) }
     }
 
-    /// Stops serving (the thread ends when libssh's end closes or this end is shut down).
+    /// Closes the connection to the agent. The thread ends when libssh closes its end (this
+    /// end stays open until then: libssh writes to it without MSG_NOSIGNAL, and a write to a
+    /// closed pair would raise SIGPIPE in the host process).
     func stop() {
         let fd = setting.withLock { value -> Int32 in
             value.closed = true
             defer { value.upstream = -1 }
             return value.upstream
         }
-        _ = shutdown(ourEnd, Int32(SHUT_RDWR))
         if fd >= 0 { close(fd) }
     }
 

@@ -51,14 +51,14 @@ package struct AuthenticationOrder: Sendable {
         package var keyboardInteractiveAttempts: Int
         /// Typed passwords tried.
         package var passwordAttempts: Int
-        /// What the linked libssh2 can do (RSA signatures).
-        package var features: LibSSH2Features
+        /// What the linked SSH engine can do (RSA signatures).
+        package var features: SSHEngineFeatures
 
         /// Everything to try with; three tries of each kind by default.
         package init(account: SSHAccount, agentSocketPath: String? = nil, keys: [KeyFile] = [], identitiesOnly: Bool = false,
                      canAsk: Bool = true, hasPasswordStore: Bool = false, passphraseAttempts: Int = 3,
                      keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3,
-                     features: LibSSH2Features = .linked) {
+                     features: SSHEngineFeatures = .linked) {
             self.account = account
             self.agentSocketPath = agentSocketPath
             self.keys = keys
@@ -170,7 +170,7 @@ package struct AuthenticationOrder: Sendable {
     private var rememberedUsedInRound = false
     /// What the person typed at a password round of the current keyboard-interactive offer.
     private var typedInRound: String?
-    /// An RSA key was refused while libssh2 signs RSA only with SHA-1.
+    /// An RSA key was refused while the engine signs RSA only with SHA-1.
     private var rsaRefused = false
 
     /// An order for `setup`, with nothing remembered.
@@ -425,7 +425,7 @@ package struct AuthenticationOrder: Sendable {
         }
     }
 
-    /// A refused RSA key while libssh2 signs RSA only with SHA-1: said once, and remembered
+    /// A refused RSA key while the engine signs RSA only with SHA-1: said once, and remembered
     /// for the final failure (issue 16 point 9).
     private mutating func noteRefusedKey(_ blob: [UInt8], name: String, _ notices: inout [SSHAuthenticationNotice]) {
         guard SSHPublicKeyBlob.algorithm(blob) == "ssh-rsa", let limitation = setup.features.rsaLimitation else { return }

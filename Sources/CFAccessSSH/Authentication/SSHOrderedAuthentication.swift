@@ -99,7 +99,7 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
 
     /// The same with the libssh2 features and the agent's key list given (tests).
     package init(configuration: Configuration, prompts: any SSHAuthenticationPrompts, logger: Logger,
-                 features: LibSSH2Features, listAgent: @escaping @Sendable (String) async -> [[UInt8]]) {
+                 features: SSHEngineFeatures, listAgent: @escaping @Sendable (String) async -> [[UInt8]]) {
         self.configuration = configuration
         self.prompts = prompts
         self.logger = logger

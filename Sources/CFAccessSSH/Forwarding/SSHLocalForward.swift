@@ -1,6 +1,6 @@
 import AccessTransport
 import FoundationEssentials
-internal import CCFSSH2
+
 #if canImport(Glibc)
 import Glibc
 #endif
