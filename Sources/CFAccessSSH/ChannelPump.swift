@@ -333,8 +333,9 @@ final class SessionPump {
             case .moved(let moved): progress = progress || moved
             }
             // libssh sends a packet at once only when its last poll found the socket writable,
-            // and a channel read that finds data buffered does not poll: one poll per round
-            // sends what waits and reads what arrived.
+            // and a channel read that finds data buffered does not poll: what is queued is sent
+            // here (this polls only while something is queued; the channel reads and
+            // canProgressNow read the socket).
             _ = ssh_blocking_flush(raw, 0)
 
             // Keepalives ask for a reply: too long without a packet from the server means the
@@ -386,6 +387,18 @@ final class SessionPump {
     /// Whether a channel holds data it could take now, or has a window to write into: then the
     /// pump must not sleep. `ssh_channel_poll` also reads what the socket has.
     private func canProgressNow() -> Bool {
+        // libssh reads the socket whenever a channel's buffer it is asked about is empty, and
+        // files what it reads under the channel it belongs to: asking about stderr can fill
+        // stdout, asking about one channel can fill another. So the question is asked again
+        // until a pass in which no packet arrived.
+        while true {
+            let seen = session.box.received.pointee.in_packets
+            if anyChannelCanMove() { return true }
+            if session.box.received.pointee.in_packets == seen { return false }
+        }
+    }
+
+    private func anyChannelCanMove() -> Bool {
         let room = !writePending
         if let main, main.end == nil {
             if buffered(main.raw) { return true }
@@ -451,7 +464,8 @@ final class SessionPump {
         var ready = Readiness()
         let socket = entries[0].revents
         if socket & Int16(POLLIN | POLLOUT) != 0 {
-            // Let libssh read (and send) what the socket has now, even when no channel reads.
+            // Let libssh send what waits for the socket to take it (and read what came, in the
+            // same poll). With nothing queued this does nothing: the next round's reads read.
             _ = ssh_blocking_flush(raw, 0)
         }
         if socket & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && socket & Int16(POLLIN) == 0 {
@@ -611,7 +625,9 @@ final class SessionPump {
         // The exit-status (or -signal) comes before the server's close; wait for one of them.
         while main.exit.status == nil && main.exit.signal == nil && ssh_channel_is_closed(main.raw) == 0 && !session.isClosed {
             guard (try? session.waitSocket(until: deadline, what: "closing the channel")) != nil else { break }
-            _ = ssh_channel_poll(main.raw, 0)
+            // Not ssh_channel_poll: after the server's EOF it answers without reading the socket.
+            // This call reads what arrived (once, the session being non-blocking).
+            _ = ssh_channel_get_exit_status(main.raw)
         }
         _ = ssh_channel_close(main.raw)
         return main.exit.end
@@ -936,3 +952,4 @@ public final class SSHInteractiveChannel: Sendable {
         }
     }
 }
+

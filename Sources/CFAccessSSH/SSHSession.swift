@@ -704,6 +704,18 @@ public final class SSHSession: @unchecked Sendable {
         }
     }
 
+    /// libssh writes a packet at once only when its last poll of the socket found it writable,
+    /// and every write clears that mark: otherwise the packet waits for the next poll. With
+    /// nothing queued, `ssh_blocking_flush` does not poll, so one poll through an event (the
+    /// exported way to poll a session's socket) sets the mark again.
+    func markWritable(timeout: Int32) {
+        guard let event = ssh_event_new() else { return }
+        defer { ssh_event_free(event) }
+        guard ssh_event_add_session(event, raw) == SSH_OK else { return }
+        _ = ssh_event_dopoll(event, timeout)
+        _ = ssh_event_remove_session(event, raw)
+    }
+
     /// Sends SSH_MSG_DISCONNECT with `description` (bounded at 2 s), frees the session and
     /// closes the stream it owns. Idempotent.
     public func disconnect(description: String = "closed by the user") async {
@@ -714,12 +726,11 @@ public final class SSHSession: @unchecked Sendable {
             let duplicate = ssh_get_fd(session.raw)
             if session.handshakeDone, !session.isClosed {
                 session.flushOutput(until: Date(timeIntervalSinceNow: 2))
-                // libssh writes a packet at once only when its last poll found the socket writable;
-                // otherwise it queues it, and ssh_disconnect would drop the queued message.
-                _ = ssh_blocking_flush(session.raw, 100)
+                session.markWritable(timeout: 100)
                 _ = ssh_session_set_disconnect_message(session.raw, description)
-                // Sends SSH_MSG_DISCONNECT (one non-blocking send: the queue is empty now) and
-                // forgets the socket without closing it (it was given with SSH_OPTIONS_FD).
+                // Sends SSH_MSG_DISCONNECT (one non-blocking send, which needs the mark above:
+                // ssh_disconnect drops what it could not write) and forgets the socket without
+                // closing it (it was given with SSH_OPTIONS_FD).
                 ssh_disconnect(session.raw)
                 if duplicate >= 0 { close(duplicate) }
             }
