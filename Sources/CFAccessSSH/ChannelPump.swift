@@ -688,17 +688,10 @@ final class SessionPump {
         return .moved(true)
     }
 
-    /// The server's reason for refusing a channel, from libssh's message ("Channel open
-    /// failure for channel 2: connect failed (2)" → "connect failed").
+    /// The server's reason for refusing a channel, in OpenSSH's words (see
+    /// ``ChannelOpenFailure/reason(libsshError:)``).
     private func openFailureReason() -> String {
-        var text = Substring(session.lastErrorText())
-        if let colon = text.lastIndex(of: ":"), text[text.index(after: colon)...].first == " " {
-            text = text[text.index(colon, offsetBy: 2)...]
-        }
-        if text.hasSuffix(")"), let open = text.lastIndex(of: "(") {
-            text = text[..<open]
-        }
-        return String(text).trimmingHorizontalWhitespace
+        ChannelOpenFailure.reason(libsshError: session.lastErrorText())
     }
 
     /// Moves one forwarded connection's data both ways; whether anything moved.
@@ -953,3 +946,23 @@ public final class SSHInteractiveChannel: Sendable {
     }
 }
 
+
+/// Why a server refused to open a channel (RFC 4254 §5.1), as OpenSSH's ssh says it
+/// (`connect failed: Connection refused`).
+enum ChannelOpenFailure {
+    /// The reason codes' names, as OpenSSH prints them.
+    static let names: [Int: String] = [1: "administratively prohibited", 2: "connect failed",
+                                       3: "unknown channel type", 4: "resource shortage"]
+
+    /// From libssh 0.10's message, `Channel opening failure: channel 54 error (2) Connection
+    /// refused`: the code's name, then the server's own description (already visible-safe).
+    /// Another message is returned as it is.
+    static func reason(libsshError text: String) -> String {
+        guard let marker = text.firstRange(of: "error (") else { return text }
+        let rest = text[marker.upperBound...]
+        guard let close = rest.firstIndex(of: ")"), let code = Int(rest[..<close]) else { return text }
+        let description = String(rest[rest.index(after: close)...]).trimmingHorizontalWhitespace
+        let name = names[code] ?? "reason \(code)"
+        return description.isEmpty ? name : "\(name): \(description)"
+    }
+}

@@ -178,10 +178,16 @@ public final class SSHSession: @unchecked Sendable {
 
     /// Repeats `call` while libssh says `again` (SSH_AGAIN, or SSH_AUTH_AGAIN for the user
     /// authentication calls), waiting for the socket in between.
+    ///
+    /// A server's SSH_MSG_DISCONNECT (sshd's "Too many authentication failures", say) puts
+    /// libssh's session in its error state and closes its socket, yet a waiting call keeps
+    /// answering `again`: a closed session ends the wait with SSH_ERROR (which is also
+    /// SSH_AUTH_ERROR), and ``failure(_:)`` then gives the server's reason.
     func retry(_ what: String, until deadline: Date?, again: Int32 = SSH_AGAIN, _ call: () -> Int32) throws(SSHFailure) -> Int32 {
         while true {
             let rc = call()
             if rc != again { return rc }
+            if isClosed { return SSH_ERROR }
             try waitSocket(until: deadline, what: what)
         }
     }
@@ -331,19 +337,25 @@ public final class SSHSession: @unchecked Sendable {
     /// Waits for more of the identification: in `poll` when nothing is buffered, in short
     /// naps when a partial line is (a readable socket would wake `poll` at once).
     private func waitForIdentification(_ scanner: IdentificationScanner, until deadline: Date, pause: Bool) throws(SSHFailure) {
-        if deadline.timeIntervalSinceNow <= 0 {
-            let seconds = Int(configuration.timeout.seconds.rounded(.up))
-            if scanner.ignoredLines > 0 {
-                throw SSHFailure(.timedOut, "Connection timed out: the server sent \(scanner.ignoredLines) lines but no SSH "
-                                 + "identification within \(seconds) s (it began \"\(scanner.sample)\")")
+        if deadline.timeIntervalSinceNow > 0 {
+            if pause {
+                usleep(10_000)
+                return
             }
-            throw timedOut("handshake")
+            do {
+                try waitSocket(until: deadline, what: "handshake")
+                return
+            } catch {
+                // The deadline passed in the wait: said below, with the lines seen.
+                guard error.kind == .timedOut else { throw error }
+            }
         }
-        if pause {
-            usleep(10_000)
-        } else {
-            try waitSocket(until: deadline, what: "handshake")
+        let seconds = Int(configuration.timeout.seconds.rounded(.up))
+        if scanner.ignoredLines > 0 {
+            throw SSHFailure(.timedOut, "Connection timed out: the server sent \(scanner.ignoredLines) lines but no SSH "
+                             + "identification within \(seconds) s (it began \"\(scanner.sample)\")")
         }
+        throw timedOut("handshake")
     }
 
     /// Throws unless ``handshake()`` ran and its delegate accepted the key.

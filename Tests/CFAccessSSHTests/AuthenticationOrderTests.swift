@@ -9,7 +9,7 @@ struct AuthenticationOrderTests {
     private let refused = SSHFailure(.authenticationFailed, "Authentication failed")
     private let all: SSHAuthenticationMethods = [.publicKey, .keyboardInteractive, .password]
 
-    private let old = SSHEngineFeatures(version: "1.10.0", rsaSHA2: false)
+    private let old = SSHEngineFeatures(version: "libssh2 1.10.0", rsaSHA2: false)
 
     private func order(agent: String? = "/run/agent.sock", keys: [AuthenticationOrder.KeyFile] = [],
                        identitiesOnly: Bool = false, canAsk: Bool = true, store: Bool = true,
@@ -197,7 +197,7 @@ struct AuthenticationOrderTests {
                                              .offer(.agentKey(socketPath: "/run/agent.sock", publicKey: defaultKey))])
     }
 
-    @Test("an RSA key refused while libssh2 signs RSA only with SHA-1: said once, with the way out, and in the final failure; not with libssh2 1.11")
+    @Test("an RSA key refused while the engine signs RSA only with SHA-1: said once, with the way out, and in the final failure; not with an engine that has rsa-sha2")
     func rsaKeyRefused() {
         let rsa = Self.blob(3, type: "ssh-rsa")
         var machine = order(keys: [.init(path: "/k/id_rsa", encrypted: false, publicKey: rsa)], store: false, features: old)
@@ -211,7 +211,7 @@ struct AuthenticationOrderTests {
         #expect(last.notices.isEmpty, "said once")
         #expect(last.action == .fail(SSHFailure(.authenticationFailed,
                                                 "Authentication failed: me@ssh.example.com (the server offers: publickey): \(limitation)")))
-        #expect(limitation.hasPrefix("RSA keys need libssh2 ≥ 1.11 (this is libssh2 1.10.0"))
+        #expect(limitation.hasPrefix("RSA keys need rsa-sha2-256/512 signatures, which libssh2 1.10.0 cannot make"))
         #expect(limitation.hasSuffix("; use an ed25519 or ECDSA key, or ssh with ProxyCommand"))
 
         var newer = order(agent: nil, keys: [.init(path: "/k/id_rsa", encrypted: false, publicKey: rsa)], store: false)
