@@ -62,8 +62,9 @@ struct TokenStoreAndLockTests {
     }
 
     /// Many takers at once (threads of this process, as two processes would be): in each round
-    /// exactly one gets the lock, also when they all find a stale lock and remove it. A lock seen while its record was still being written used to be
-    /// judged unreadable, so stale, and taken a second time (CI saw two logins for two processes).
+    /// exactly one gets the lock, also when they all find a stale lock and remove it. A lock seen
+    /// while its record was still being written used to be judged unreadable, so stale, and taken
+    /// a second time (CI saw two logins for two processes).
     @Test func racingTakersGetTheLockOnce() throws {
         let temp = TemporaryDirectory()
         defer { temp.remove() }

@@ -5,10 +5,9 @@ import Logging
 import Glibc
 #endif
 
-/// The cross-process login lock of PROTOCOL.md §3: `<token path>.lock`, created whole (written
-/// to a private 0600 file, then `link`ed to its name, which fails when it exists), holding
-/// `{"pid":…,"start_time":…}`. A stale lock (dead owner, reused pid, unreadable, older than
-/// 10 min) is removed with an info line and taken.
+/// The cross-process login lock of PROTOCOL.md §3: `<token path>.lock`, created with
+/// `O_EXCL` and mode 0600, holding `{"pid":…,"start_time":…}`. A stale lock (dead owner,
+/// reused pid, unreadable, older than 10 min) is removed with an info line and taken.
 ///
 /// Locks this process holds are remembered so that `releaseAllHeld()` (called on Ctrl-C or
 /// SIGTERM) leaves none behind.
@@ -30,16 +29,14 @@ package struct FileLoginLock: LoginLock {
         let path = store.path(of: TokenCacheNaming.lockFileName(for: tokenFileName))
         let record = LoginLockRecord(pid: getpid(), startTimeMilliseconds: ProcessStartTime.current)
         // Takers of ours go one at a time through the steps below (an flock on the directory, held
-        // for microseconds), so that two that find the same stale lock do not both remove it and
-        // then one remove the other's new lock. Without flock (some network file systems) the
-        // steps still work, only that race is back.
+        // for microseconds). Otherwise one could find another's lock between its creation and its
+        // write, judge it unreadable, so stale, and take it too; and two that find the same stale
+        // lock could both remove it, one then removing the other's new lock. Without flock (some
+        // network file systems) the steps still work, only those races are back.
         let directoryFD = Self.lockDirectory(store.directory)
         defer { if directoryFD >= 0 { close(directoryFD) } }
         for _ in 0..<3 {
-            // The record is written to a file of our own first and then linked to the lock's
-            // name, so that no other process ever sees the lock empty or half-written (and
-            // judges it stale while we still write it).
-            if try Self.create(path: path, content: record.json) {
+            if try Self.create(path: path, bytes: Array(record.json.utf8)) {
                 let urlPath = store.path(of: TokenCacheNaming.urlFileName(for: tokenFileName))
                 HeldLocks.shared.add(path, urlPath)
                 return .acquired(FileLoginLockHandle(path: path, urlPath: urlPath))
@@ -68,27 +65,8 @@ package struct FileLoginLock: LoginLock {
         return fd
     }
 
-    /// Creates `path` (0600) holding `content`, whole or not at all: false when it exists.
-    static func create(path: String, content: String) throws(TunnelFailure) -> Bool {
-        var random = SystemRandomNumberGenerator()
-        let temporary = "\(path).\(getpid()).\(String(random.next() as UInt64, radix: 36)).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .tokenCache(path: path, reason: SystemError.current().text) }
-        defer { unlink(temporary) }
-        let bytes = Array(content.utf8)
-        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress!, $0.count) }
-        close(fd)
-        guard written == bytes.count else { throw .tokenCache(path: path, reason: "the lock could not be written") }
-        if link(temporary, path) == 0 { return true }
-        switch errno {
-        case EEXIST: return false
-        case EPERM, EOPNOTSUPP, ENOSYS: return try createInPlace(path: path, bytes: bytes)   // no hard links here
-        default: throw .tokenCache(path: path, reason: SystemError.current().text)
-        }
-    }
-
-    /// `create` on a file system without hard links: `O_EXCL`, then the write.
-    private static func createInPlace(path: String, bytes: [UInt8]) throws(TunnelFailure) -> Bool {
+    /// Creates `path` (0600, `O_EXCL`) holding `bytes`: false when it exists.
+    private static func create(path: String, bytes: [UInt8]) throws(TunnelFailure) -> Bool {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             if errno == EEXIST { return false }
