@@ -178,6 +178,10 @@ package struct SSHEngineFeatures: Sendable, Equatable {
     /// The engine this process runs with: libssh signs and verifies with rsa-sha2.
     package static let linked = SSHEngineFeatures(version: SSHEngine.text, rsaSHA2: true)
 
+    /// Whether the linked libssh sends terminal modes with a PTY request: 0.11 and later do;
+    /// 0.10 (Debian 12) always sends an empty list, and the server keeps its defaults.
+    package static var sendsTerminalModes: Bool { PTYRequest.withModes != nil }
+
     /// Why RSA keys fail with this engine, naming the way out (nil when they do not).
     package var rsaLimitation: String? {
         guard !rsaSHA2 else { return nil }

@@ -66,7 +66,9 @@ public struct SSHTerminal: Sendable, Equatable {
     /// Height in lines.
     public var rows: Int
     /// The local terminal's modes (interrupt character, erase, CR/NL handling, speeds, …),
-    /// sent with the PTY request so the remote terminal behaves like the local one.
+    /// sent with the PTY request so the remote terminal behaves like the local one. Only a
+    /// libssh of 0.11 or later can send them: with libssh 0.10 (Debian 12) the request carries
+    /// an empty list and the server's defaults apply.
     public var modes: SSHTerminalModes
 
     /// Creates a terminal description.

@@ -50,9 +50,9 @@ public struct SSHTerminalModes: Sendable, Equatable {
     /// big-endian uint32, then `TTY_OP_END` (0).
     public var encoded: [UInt8] { encoded(fitting: Int.max) }
 
-    /// The encoding of as many modes (in order) as fit in `limit` bytes with the end mark:
-    /// libssh2 1.10 takes at most 256 bytes of terminal type and modes together. The modes of
-    /// ``init(terminal:)`` come most useful first, so what is left out is what matters least.
+    /// The encoding of as many modes (in order) as fit in `limit` bytes with the end mark, for
+    /// an engine that bounds the request. The modes of ``init(terminal:)`` come most useful
+    /// first, so what is left out is what matters least.
     package func encoded(fitting limit: Int) -> [UInt8] {
         let count = min(modes.count, max(0, (limit - 1) / 5))
         var bytes: [UInt8] = []

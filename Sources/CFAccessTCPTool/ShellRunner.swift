@@ -276,6 +276,11 @@ final class ShellRunner {
         var reconnection = SSHReconnection(policy: reconnect)
         // The modes before raw mode: the remote terminal gets the local one's characters and flags.
         let modes = SSHTerminalModes(terminal: .standardInput) ?? .none
+        if !SSHEngineFeatures.sendsTerminalModes {
+            let why = "terminal modes are not sent: \(SSHEngine.text) cannot send them with a PTY request (libssh 0.11 can); "
+                + "the remote terminal keeps the server's defaults"
+            logger.debug("\(why)")
+        }
         // -tt without a local terminal: the remote one only.
         let raw = RawTerminal(fd: 0)
         // From here the terminal is the session's: no log record may land in it (the plain
