@@ -90,8 +90,8 @@ package struct IdentificationScanner: Sendable {
 
 /// Which host-key algorithms the session asks for, in which order (issue 16 point 1): those of
 /// the key types already known for the host first, as OpenSSH does, then the others in
-/// OpenSSH's order. Host certificates are never asked for (libssh2 cannot check them against
-/// `@cert-authority` lines), nor DSA.
+/// OpenSSH's order. Host certificates are never asked for (our known_hosts rules do not check
+/// them against `@cert-authority` lines), nor DSA.
 package enum HostKeyAlgorithms {
     /// OpenSSH's order of plain host-key algorithms (libssh has them all); `ssh-rsa` (SHA-1) last,
     /// for old servers.

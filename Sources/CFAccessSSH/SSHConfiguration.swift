@@ -33,8 +33,9 @@ extension SSHSession {
 /// A pure value: ``isConnectionLost(silence:)`` is the whole rule, so it can be checked without
 /// a connection.
 public struct SSHKeepalive: Sendable, Equatable {
-    /// Time between keepalive requests; zero (or less) turns them off. libssh2 counts whole
-    /// seconds and sends at least every 2 s, so the interval is rounded up to that.
+    /// Time between keepalive requests; zero (or less) turns them off. Counted in whole
+    /// seconds, at least 2 (the floor of libssh2, the engine before libssh, kept so the timing
+    /// did not change with the engine), so the interval is rounded up to that.
     public var interval: Duration
     /// How many intervals without a byte from the server mean the connection is lost.
     public var unansweredLimit: Int
@@ -54,13 +55,13 @@ public struct SSHKeepalive: Sendable, Equatable {
     /// Whether keepalives are sent.
     public var isEnabled: Bool { interval > .zero }
 
-    /// The interval handed to libssh2, in whole seconds (0 when off).
+    /// The interval in whole seconds (0 when off).
     var librarySeconds: UInt32 {
         guard isEnabled else { return 0 }
         return UInt32(min(Double(UInt32.max), interval.seconds.rounded(.up)))
     }
 
-    /// The real time between keepalives: libssh2 sends at least every 2 s.
+    /// The real time between keepalives: whole seconds, at least 2.
     public var effectiveInterval: Duration {
         guard isEnabled else { return .zero }
         return .seconds(max(2, Int(librarySeconds)))

@@ -2,7 +2,7 @@ import AccessTransport
 import Dispatch
 import FoundationEssentials
 
-/// The one thread an SSH session lives on. libssh2 is not thread-safe per session, so every
+/// The one thread an SSH session lives on. libssh is not thread-safe per session, so every
 /// call on a session runs here, one after another, in the order submitted.
 final class SessionThread: @unchecked Sendable {
     private let condition = PThreadCondition()
@@ -49,7 +49,7 @@ final class SessionThread: @unchecked Sendable {
 }
 
 /// Runs the async `body` and waits for its result on the calling thread, which must be one of
-/// ours (a session thread inside a libssh2 callback), never a thread of Swift's pool.
+/// ours (a session thread inside a libssh callback), never a thread of Swift's pool.
 func waitOffPool<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
     let result = LockedBox<T?>(nil)
     let done = DispatchSemaphore(value: 0)

@@ -9,7 +9,7 @@ import Logging
 import Glibc
 #endif
 
-/// `cf-access-tcp shell [user@]host [command…]`: the embedded SSH client (libssh2) over the
+/// `cf-access-tcp shell [user@]host [command…]`: the embedded SSH client (libssh) over the
 /// tunnel, for machines without OpenSSH.
 struct ShellCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

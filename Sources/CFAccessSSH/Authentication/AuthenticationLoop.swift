@@ -1,4 +1,4 @@
-/// The exchange between a session and its ``SSHUserAuthenticationDelegate``, apart from libssh2 so
+/// The exchange between a session and its ``SSHUserAuthenticationDelegate``, apart from libssh so
 /// it can be driven by a scripted server: ask the delegate for an offer, try it, hand a refusal
 /// back, until an offer is accepted, the delegate gives up, or the connection breaks.
 package enum AuthenticationLoop {

@@ -66,7 +66,7 @@ public enum SSHAuthenticationNotice: Sendable, Equatable {
     /// person is asked instead.
     case passwordStoreUnavailable(reason: String)
     /// The server refused an RSA key (a key file's path, or "the agent's key") because of the
-    /// linked libssh2's RSA signatures: `reason` says why and what to do.
+    /// linked engine's RSA signatures (SHA-1 only): `reason` says why and what to do.
     case rsaKeyRefused(key: String, reason: String)
     /// Saving the password failed, for this reason.
     case passwordNotSaved(reason: String)

@@ -97,7 +97,7 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         }
     }
 
-    /// The same with the libssh2 features and the agent's key list given (tests).
+    /// The same with the engine's features and the agent's key list given (tests).
     package init(configuration: Configuration, prompts: any SSHAuthenticationPrompts, logger: Logger,
                  features: SSHEngineFeatures, listAgent: @escaping @Sendable (String) async -> [[UInt8]]) {
         self.configuration = configuration

@@ -14,7 +14,7 @@ import Glibc
 /// the embedded mode the host is the Access hostname, since the SSH server's own address is
 /// never seen.
 ///
-/// Host certificates are not negotiated (libssh2 cannot check them), so an `@cert-authority`
+/// Host certificates are not negotiated (the client never asks for them), so an `@cert-authority`
 /// line never vouches for a key: as in OpenSSH when a server presents a plain key, such lines
 /// do not apply.
 public struct KnownHosts: Sendable {

@@ -29,7 +29,7 @@ public protocol SSHHostKeyDelegate: Sendable {
     /// `ecdsa-sha2-nistp256`, `rsa-sha2-512`, …), before the key exchange: those of the keys
     /// already known for the host, as OpenSSH orders them, so a server with several host keys
     /// presents the known one. nil (the default) keeps the session's own order. Names the
-    /// linked libssh2 does not support are dropped; the remaining algorithms follow.
+    /// linked engine does not support are dropped; the remaining algorithms follow.
     func preferredHostKeyAlgorithms() async -> [String]?
 }
 
