@@ -196,6 +196,33 @@ struct SSHPumpTests {
         }
     }
 
+    @Test("sshd rekeys every MiB (RekeyLimit 1M) in the middle of a download, an upload and an echo: every byte arrives, no pause over a second")
+    func rekeyingMidTransfer() async throws {
+        // sshd takes a keyword's first value: these come before the fixture's LogLevel VERBOSE.
+        let sshd = try SSHDFixture(extraConfig: "RekeyLimit 1M\nLogLevel DEBUG1\n")
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let mib = 1 << 20
+        let (tunnel, ssh) = try await openSession(sshd, edge)
+        var records: [TransferRecord] = []
+        records.append(try await transfer(ssh, name: "download while rekeying", command: "head -c \(24 * mib) /dev/zero",
+                                          expectOutput: 24 * mib))
+        records.append(try await transfer(ssh, name: "upload while rekeying", command: "printf R; exec wc -c",
+                                          input: 24 * mib, waitForMark: true, expectOutput: "\(24 * mib)\n".utf8.count))
+        records.append(try await transfer(ssh, name: "echo while rekeying", command: "printf R; exec cat",
+                                          input: 24 * mib, waitForMark: true, expectOutput: 24 * mib))
+        await ssh.disconnect()
+        await tunnel.disconnect()
+        for record in records {
+            print("pump: \(record)")
+            #expect(record.problem == nil, "\(record)")
+            #expect(record.longestPause < 1, "a pause of more than a second: \(record)")
+        }
+        // The key exchanges did happen: sshd logs each KEXINIT it sends (one at the start).
+        let kexinits = sshd.logText.components(separatedBy: "SSH2_MSG_KEXINIT sent").count - 1
+        #expect(kexinits > 20, "sshd sent \(kexinits) KEXINITs:\n\(sshd.logText.suffix(2000))")
+    }
+
     /// `rounds` messages of `size` bytes, each echoed by `cat` before the next goes out; the
     /// longest round (not counting the first) is the record's pause.
     private func pingPong(_ ssh: SSHSession, rounds: Int, size: Int) async throws -> TransferRecord {

@@ -38,7 +38,10 @@ final class SSHDFixture: @unchecked Sendable {
     ///
     /// With `trustedUserCA` (an OpenSSH public key line), sshd trusts user certificates that CA
     /// signed (`TrustedUserCAKeys`) and nothing else for keys: no `authorized_keys` at all.
-    init(hostKeyType: String = "ed25519", trustedUserCA: String? = nil) throws {
+    ///
+    /// `extraConfig` lines go first in sshd_config (sshd takes a keyword's first value), e.g.
+    /// `RekeyLimit 1M`.
+    init(hostKeyType: String = "ed25519", trustedUserCA: String? = nil, extraConfig: String = "") throws {
         let sshdPath = which("sshd")
         try requireRealPart(sshdPath != nil, "OpenSSH server /usr/sbin/sshd (package openssh-server)")
         try requireRealPart(which("ssh") != nil, "OpenSSH client ssh (package openssh-client)")
@@ -83,7 +86,8 @@ final class SSHDFixture: @unchecked Sendable {
             for _ in 0..<5 {
                 let candidate = try freeLoopbackPort()
                 let config = directory.appendingPathComponent("sshd_config")
-                var text = Self.config(port: candidate, hostKey: hostKey, directory: directory)
+                var text = extraConfig + (extraConfig.isEmpty || extraConfig.hasSuffix("\n") ? "" : "\n")
+                    + Self.config(port: candidate, hostKey: hostKey, directory: directory)
                 if let trustedUserCA {
                     let caFile = directory.appendingPathComponent("trusted_user_ca_keys")
                     try (trustedUserCA + "\n").write(to: caFile, atomically: true, encoding: .utf8)
