@@ -158,7 +158,7 @@ let package = Package(
                                    .product(name: "NIOWebSocket", package: "swift-nio")],
                     swiftSettings: strictSwift),
         .testTarget(name: "IntegrationTests",
-                    dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "CCFSSH2", "CCFOpenSSL",
+                    dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "CCFSSH2", "CCFLibSSH", "CCFOpenSSL",
                                    "AccessTestSupport",
                                    .product(name: "Logging", package: "swift-log"),
                                    .product(name: "SystemPackage", package: "swift-system")],

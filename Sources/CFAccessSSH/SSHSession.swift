@@ -82,11 +82,11 @@ public final class SSHSession: @unchecked Sendable {
             throw SSHFailure(.localIO, "cannot duplicate the socket: \(String(cString: strerror(errno)))")
         }
         var no: Int32 = 0
-        var quiet: Int32 = 0
-        // No ~/.ssh/config or /etc/ssh/ssh_config of libssh's own (ours is read by the tool),
-        // and no log lines on stderr.
+        // No ~/.ssh/config or /etc/ssh/ssh_config of libssh's own (ours is read by the tool).
+        // The log verbosity is left alone: libssh 0.10 makes a session's verbosity the log level
+        // of the thread that sets it (`ssh_set_log_level`, thread-local), here the caller's,
+        // which belongs to the host. The session's own thread keeps the default, 0: no logs.
         _ = ssh_options_set(session, SSH_OPTIONS_PROCESS_CONFIG, &no)
-        _ = ssh_options_set(session, SSH_OPTIONS_LOG_VERBOSITY, &quiet)
         _ = ssh_options_set(session, SSH_OPTIONS_FD, &socket)
         _ = ssh_options_set(session, SSH_OPTIONS_HOST, "ssh")
         // Host keys are ours to check (the delegate); libssh must not read known_hosts files to

@@ -1,5 +1,7 @@
 import AccessCore
+import CCFLibSSH
 import CCFOpenSSL
+import CFAccessSSH
 import CFAccessTCP
 import Foundation
 import Logging
@@ -127,6 +129,31 @@ struct HostProcessTests {
         #expect(handler == unsafeBitCast(sigpipeMarker as @convention(c) (Int32) -> Void, to: Int.self),
                 "the tunnel replaced the process's SIGPIPE handler")
         stream.close()
+        await tunnel.disconnect()
+    }
+
+    @Test("libssh's log level on the host's thread is the host's after an SSHSession was made there (libssh 0.10 makes a session's verbosity the level of the thread that sets it)")
+    func libsshLogLevelKept() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
+        let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
+        let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+        // No await from here to the check: libssh's log level is per thread.
+        let before = ssh_get_log_level()
+        _ = ssh_set_log_level(SSH_LOG_WARN)
+        let ssh = try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: AcceptAnyHostKey()))
+        let after = ssh_get_log_level()
+        _ = ssh_set_log_level(before)
+        #expect(after == SSH_LOG_WARN, "making an SSHSession changed libssh's log level of the host's thread")
+        try await ssh.handshake()
+        try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
+        let result = try await ssh.exec("echo host-process")
+        #expect(result.exitStatus == 0)
+        await ssh.disconnect()
         await tunnel.disconnect()
     }
 }
