@@ -283,7 +283,7 @@ final class SessionPump {
     private var raw: OpaquePointer { session.raw }
     private var listeners: [SSHForwardListener] { session.box.forwards.filter { !$0.isClosed } }
     /// libssh holds bytes it could not send yet: no more channel data until the socket took them.
-    private var writePending: Bool { ssh_get_status(raw) & SSH_WRITE_PENDING != 0 }
+    private var writePending: Bool { session.writePending }
 
     /// Readiness seen by the last `poll`.
     private struct Readiness {

@@ -151,7 +151,7 @@ public final class SSHSession: @unchecked Sendable {
     /// or the deadline (moved on by the time spent in prompts) passes (throws `.timedOut`).
     func waitSocket(until requestDeadline: Date?, what: String) throws(SSHFailure) {
         var events = Int16(POLLIN)
-        if ssh_get_status(raw) & SSH_WRITE_PENDING != 0 { events |= Int16(POLLOUT) }
+        if writePending { events |= Int16(POLLOUT) }
         while true {
             var milliseconds: Int32 = -1
             let deadline = requestDeadline?.addingTimeInterval(box.promptPause)
@@ -205,7 +205,7 @@ public final class SSHSession: @unchecked Sendable {
     /// The server's SSH_MSG_DISCONNECT description (visible-safe), once it sent one.
     var serverDisconnect: String? {
         if let reason = box.serverDisconnect { return reason }
-        guard ssh_get_status(raw) & (SSH_CLOSED | SSH_CLOSED_ERROR) != 0 else { return nil }
+        guard isClosed else { return nil }
         let text = lastErrorText()
         // libssh: "Received SSH_MSG_DISCONNECT: <code>:<description>".
         guard let marker = text.firstRange(of: "SSH_MSG_DISCONNECT: ") else { return nil }
@@ -220,6 +220,9 @@ public final class SSHSession: @unchecked Sendable {
 
     /// Whether the connection is gone (closed by the peer, or broken).
     var isClosed: Bool { ssh_get_status(raw) & (SSH_CLOSED | SSH_CLOSED_ERROR) != 0 }
+
+    /// libssh holds bytes the socket has not taken yet.
+    var writePending: Bool { ssh_get_status(raw) & SSH_WRITE_PENDING != 0 }
 
     /// Turns libssh's last error, from doing `what`, into a failure.
     func failure(_ what: String) -> SSHFailure {
@@ -491,6 +494,9 @@ public final class SSHSession: @unchecked Sendable {
             }
             return key
         }
+        func offer(_ key: OpaquePointer) throws(SSHFailure) -> Int32 {
+            try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) { ssh_userauth_publickey(raw, user, key) }
+        }
         let certificate = path + "-cert.pub"
         if FileManager.default.isReadableFile(atPath: certificate) {
             let key = try load()
@@ -499,23 +505,17 @@ public final class SSHSession: @unchecked Sendable {
             if ssh_pki_import_cert_file(certificate, &cert) == SSH_OK, let cert {
                 defer { ssh_key_free(cert) }
                 if ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK {
-                    let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) {
-                        ssh_userauth_publickey(raw, user, key)
+                    let rc = try offer(key)
+                    // Logged in, or the connection failed: done. Refused: the bare key next.
+                    if rc == SSH_AUTH_SUCCESS.rawValue || rc == SSH_AUTH_ERROR.rawValue {
+                        return try judge(rc, "using the certificate \(certificate)")
                     }
-                    if rc == SSH_AUTH_SUCCESS.rawValue {
-                        authenticated = true
-                        return
-                    }
-                    if rc == SSH_AUTH_ERROR.rawValue { throw failure("using the certificate \(certificate)") }
                 }
             }
         }
         let key = try load()
         defer { ssh_key_free(key) }
-        let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) {
-            ssh_userauth_publickey(raw, user, key)
-        }
-        try judge(rc, "using the key \(path)")
+        try judge(try offer(key), "using the key \(path)")
     }
 
     /// Tries the agent's identities (only the one whose public key blob is `only`, if given),
@@ -532,10 +532,6 @@ public final class SSHSession: @unchecked Sendable {
         try box.agent!.use(socketPath: socketPath, only: only)
         let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) {
             ssh_userauth_agent(raw, user)
-        }
-        if rc == SSH_AUTH_SUCCESS.rawValue {
-            authenticated = true
-            return
         }
         if rc == SSH_AUTH_ERROR.rawValue {
             let failure = failure("authenticating with the ssh-agent")
@@ -709,7 +705,7 @@ public final class SSHSession: @unchecked Sendable {
 
     /// Sends what libssh still holds for the socket, waiting (poll) at most until `deadline`.
     func flushOutput(until deadline: Date) {
-        while ssh_get_status(raw) & SSH_WRITE_PENDING != 0, !isClosed {
+        while writePending, !isClosed {
             let left = deadline.timeIntervalSinceNow
             if left <= 0 { return }
             if ssh_blocking_flush(raw, Int32(max(1, min(left * 1000, 1000)))) == SSH_ERROR { return }
