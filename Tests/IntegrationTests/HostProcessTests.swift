@@ -56,6 +56,15 @@ private func httpsGetWithOpenSSL(port: Int, caFile: String, path: String) throws
 /// (before: `SSL_read` for the whole process) and changes no process-wide state.
 @Suite("the library in a host process", .serialized, .ownThreads)
 struct HostProcessTests {
+    /// A quiet tunnel through `edge` with the test service token, and one stream on it.
+    private func openStream(through edge: EdgeFixture) async throws -> (AccessTunnel, TunnelStream) {
+        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
+        let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
+        return (tunnel, try await tunnel.openStream(hostname: testHost, method: .serviceToken(token)))
+    }
+
     @Test("the process's SSL_read is OpenSSL's, and its own HTTPS request works while a tunnel carries bytes")
     func ownOpenSSLBesideATunnel() async throws {
         // What the dynamic linker gives this process for SSL_read is libssl's own definition.
@@ -67,11 +76,7 @@ struct HostProcessTests {
 
         let echo = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
-        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
-        let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
-        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
-        let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+        let (tunnel, stream) = try await openStream(through: edge)
         let fd = stream.fileDescriptor.rawValue
         let caFile = edge.certs.caFile.path
         let port = edge.port
@@ -118,11 +123,7 @@ struct HostProcessTests {
 
         let echo = try TargetFixture(.echo)
         let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
-        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
-        let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
-        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
-        let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+        let (tunnel, stream) = try await openStream(through: edge)
         var now = sigaction()
         #expect(sigaction(SIGPIPE, nil, &now) == 0)
         let handler = unsafeBitCast(now.__sigaction_handler.sa_handler, to: Int.self)
@@ -137,11 +138,7 @@ struct HostProcessTests {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
-        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
-                                           caFile: edge.certs.caFile.path, connectTimeout: .seconds(60), retry: .never)
-        let tunnel = AccessTunnel(options: options, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
-        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
-        let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+        let (tunnel, stream) = try await openStream(through: edge)
         // No await from here to the check: libssh's log level is per thread.
         let before = ssh_get_log_level()
         _ = ssh_set_log_level(SSH_LOG_WARN)
