@@ -63,7 +63,7 @@ let package = Package(
                        providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CCFLibSSH", pkgConfig: "libssh",
                        providers: [.apt(["libssh-dev"])]),
-        // libssh2, for tests only: an SSH engine other than ours, over a tunnel stream.
+        // libssh2: the engine of sessions that open a terminal while libssh cannot send its modes.
         .systemLibrary(name: "CCFSSH2", pkgConfig: "libssh2",
                        providers: [.apt(["libssh2-1-dev"])]),
         .systemLibrary(name: "CCFQREncode", pkgConfig: "libqrencode",
@@ -95,7 +95,7 @@ let package = Package(
         // SSH policy lives here too, as delegates with ready implementations (known_hosts,
         // OpenSSH's authentication order, reconnect): the tool only adds flags and prompts.
         .target(name: "CFAccessSSH",
-                dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFLibSSH",
+                dependencies: ["CFAccessTCP", "AccessCore", "AccessTransport", "CCFLibSSH", "CCFSSH2",
                                .product(name: "Logging", package: "swift-log"),
                                .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),

@@ -130,6 +130,7 @@ def serve_ssh(conn, args):
             return True
 
         def check_channel_pty_request(self, *a):
+            log("pty")
             return True
 
         def check_channel_shell_request(self, channel):
@@ -146,8 +147,10 @@ def serve_ssh(conn, args):
         transport.start_server(server=server)
     except Exception as error:  # the client gave up during the key exchange
         log("kex-failed %s" % type(error).__name__)
+        log("client %s" % transport.remote_version)
         return
     log("hostkey %s" % transport.host_key_type)
+    log("client %s" % transport.remote_version)
     channel = transport.accept(60)
     if channel is None:
         log("no-channel")

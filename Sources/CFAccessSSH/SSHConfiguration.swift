@@ -15,13 +15,21 @@ extension SSHSession {
         public var timeout: Duration
         /// SSH keepalives while a channel runs, and when silence means the connection is lost.
         public var keepalive: SSHKeepalive
+        /// Whether the session will open a terminal (``SSHSession/openShell(terminal:command:environment:)``).
+        /// With a libssh older than 0.11, which cannot send terminal modes, such a session runs on
+        /// libssh2, which sends them (see ``SSHSession``). False by default.
+        public var opensTerminal: Bool
+        /// The SSH library to run on, chosen by hand (tests); nil: as ``opensTerminal`` says.
+        package var engine: SSHEngineKind?
 
         /// A configuration with every setting; `timeout` 15 s and keepalives every 10 s by default.
         public init(hostKeyDelegate: any SSHHostKeyDelegate, timeout: Duration = .seconds(15),
-                    keepalive: SSHKeepalive = SSHKeepalive()) {
+                    keepalive: SSHKeepalive = SSHKeepalive(), opensTerminal: Bool = false) {
             self.hostKeyDelegate = hostKeyDelegate
             self.timeout = timeout
             self.keepalive = keepalive
+            self.opensTerminal = opensTerminal
+            self.engine = nil
         }
     }
 }

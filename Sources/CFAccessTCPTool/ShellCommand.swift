@@ -9,8 +9,8 @@ import Logging
 import Glibc
 #endif
 
-/// `cf-access-tcp shell [user@]host [command…]`: the embedded SSH client (libssh) over the
-/// tunnel, for machines without OpenSSH.
+/// `cf-access-tcp shell [user@]host [command…]`: the embedded SSH client (libssh; libssh2 for a
+/// terminal while libssh < 0.11) over the tunnel, for machines without OpenSSH.
 struct ShellCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "shell",
@@ -18,9 +18,14 @@ struct ShellCommand: AsyncParsableCommand {
         discussion: """
         Without a command: an interactive shell on a pseudo-terminal. With a command (after the \
         destination, as with ssh, or after --): runs it, streams its stdout and stderr, forwards stdin, \
-        and exits with its exit status. With -N: no command, only the -L forwards. ssh's letters mean         what they mean in ssh: -p -l -i -F -o -q -T -t -L -N.
+        and exits with its exit status. With -N: no command, only the -L forwards. ssh's letters mean \
+        what they mean in ssh: -p -l -i -F -o -q -T -t -L -N.
 
-        On an interactive session, after a newline: ~. disconnects, ~? lists the escapes, ~~ sends ~.
+        On an interactive session, after a newline: ~. disconnects, ~? lists the escapes, ~~ sends ~. \
+        The local terminal's modes (interrupt, erase, …) go with the pseudo-terminal request: with a \
+        libssh older than 0.11 such a session runs on libssh2, which can send them, unless RSA is \
+        needed (a known RSA host key, an RSA key to offer, an RSA-only server: libssh2 1.10 cannot), \
+        then on libssh without them; --loglevel debug says which.
 
         ~/.ssh/config (or -F FILE) and /etc/ssh/ssh_config are read as ssh reads them: Host blocks \
         with HostName (the Access hostname), User, Port, IdentityFile, IdentitiesOnly, \

@@ -49,6 +49,9 @@ final class ShellRunner {
     let forwards: [SSHLocalForward]
     /// The forwards' listening sockets, bound before connecting and kept across reconnects.
     private var listeners: [SSHForwardListener] = []
+    /// The engine of a terminal session, decided at its first connection
+    /// (`SSHEngineKind.forTerminal`), and libssh after a server turned out to need RSA.
+    private var terminalEngine: SSHEngineKind?
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
          sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
@@ -63,6 +66,9 @@ final class ShellRunner {
         self.quiet = quiet
         self.prompts = prompts
         self.authentication = authentication
+        var session = session
+        // A terminal session runs on the engine that sends the terminal's modes (SSHSession).
+        if case .terminal = mode { session.opensTerminal = true }
         self.session = session
         self.mode = mode
         self.tmux = tmux
@@ -149,9 +155,18 @@ final class ShellRunner {
             await tunnel.disconnect()
             throw Stop(message: error.withFlags, status: ExitStatus(error))
         }
+        var configuration = session
+        if configuration.opensTerminal {
+            if terminalEngine == nil {
+                let (kind, reason) = await SSHEngineKind.forTerminal(configuration: session, authentication: authentication)
+                terminalEngine = kind
+                if let reason { logger.debug("the terminal session runs on libssh: \(reason)") }
+            }
+            configuration.engine = terminalEngine
+        }
         let ssh: SSHSession
         do {
-            ssh = try SSHSession(stream: stream, configuration: session)
+            ssh = try SSHSession(stream: stream, configuration: configuration)
             try await ssh.handshake()
             try await ssh.authenticate(user: target.user, delegate: authentication)
             for listener in listeners {
@@ -159,6 +174,13 @@ final class ShellRunner {
             }
         } catch {
             await tunnel.disconnect()
+            if terminalEngine == .libssh2, let limitation = SSHEngineKind.libssh2.features.rsaLimitation,
+               error.message.contains(limitation) {
+                // The server turned out to need RSA, which needs libssh: no terminal modes, then.
+                logger.debug("the terminal session runs on libssh: \(error.message)")
+                terminalEngine = .libssh
+                return try await connect(first: first)
+            }
             throw Stop(message: line(for: error), status: ExitStatus(error))
         }
         if first { progress("Connected to \(target.host).") }
@@ -276,8 +298,8 @@ final class ShellRunner {
         var reconnection = SSHReconnection(policy: reconnect)
         // The modes before raw mode: the remote terminal gets the local one's characters and flags.
         let modes = SSHTerminalModes(terminal: .standardInput) ?? .none
-        if !SSHEngineFeatures.sendsTerminalModes {
-            let why = "terminal modes are not sent: \(SSHEngine.text) cannot send them with a PTY request (libssh 0.11 can); "
+        if !session.terminalModesSent {
+            let why = "terminal modes are not sent: \(session.engineName) cannot send them with a PTY request (libssh 0.11 can); "
                 + "the remote terminal keeps the server's defaults"
             logger.debug("\(why)")
         }

@@ -11,7 +11,8 @@ enum VersionReport {
     /// The whole report, one library a line.
     static func text() -> String {
         var lines = ["\(short) (commit \(BuildInfo.commit))"]
-        let libraries = LinkedLibraries.versions() + [("libssh", String(SSHEngine.text.dropFirst("libssh ".count)))]
+        let engines = SSHEngineKind.allCases.map { ($0.rawValue, String($0.features.version.dropFirst($0.rawValue.count + 1))) }
+        let libraries = LinkedLibraries.versions() + engines
         let width = libraries.map(\.name.count).max() ?? 0
         for (name, version) in libraries {
             lines.append("  " + name + String(repeating: " ", count: width - name.count) + "  " + version)

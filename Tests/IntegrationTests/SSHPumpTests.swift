@@ -52,14 +52,16 @@ private final class Pipe: @unchecked Sendable {
 /// pause, never lose a byte, whichever way the data goes.
 @Suite("SSH channel pump: bulk transfers without pauses", .serialized, .ownThreads)
 struct SSHPumpTests {
-    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture,
+    private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture, engine: SSHEngineKind,
                              keepalive: SSHKeepalive = SSHKeepalive(interval: .seconds(30))) async throws -> (AccessTunnel, SSHSession) {
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
                                            caFile: edge.certs.caFile.path, retry: .never)
         let tunnel = AccessTunnel(options: options, logger: quietLogger)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
-        let ssh = try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: AcceptAnyHostKey(), keepalive: keepalive))
+        var configuration = SSHSession.Configuration(hostKeyDelegate: AcceptAnyHostKey(), keepalive: keepalive)
+        configuration.engine = engine
+        let ssh = try SSHSession(stream: stream, configuration: configuration)
         try await ssh.handshake()
         try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
         return (tunnel, ssh)
@@ -149,8 +151,8 @@ struct SSHPumpTests {
         return result
     }
 
-    @Test("bulk downloads, uploads and echoes (both ways at once), many of them: every byte arrives and no pause between chunks is longer than a second")
-    func noPauses() async throws {
+    @Test("bulk downloads, uploads and echoes (both ways at once), many of them: every byte arrives and no pause between chunks is longer than a second", arguments: SSHEngineKind.allCases)
+    func noPauses(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
@@ -158,7 +160,7 @@ struct SSHPumpTests {
         var records: [TransferRecord] = []
         // Each shape on a session of its own, so one that breaks its session does not hide the others.
         func onSession(_ body: (SSHSession) async throws -> Void) async throws {
-            let (tunnel, ssh) = try await openSession(sshd, edge)
+            let (tunnel, ssh) = try await openSession(sshd, edge, engine: engine)
             try await body(ssh)
             await ssh.disconnect()
             await tunnel.disconnect()
@@ -192,14 +194,14 @@ struct SSHPumpTests {
         expectWholeAndSteady(records)
     }
 
-    @Test("sshd rekeys every MiB (RekeyLimit 1M) in the middle of a download, an upload and an echo: every byte arrives, no pause over a second")
-    func rekeyingMidTransfer() async throws {
+    @Test("sshd rekeys every MiB (RekeyLimit 1M) in the middle of a download, an upload and an echo: every byte arrives, no pause over a second", arguments: SSHEngineKind.allCases)
+    func rekeyingMidTransfer(engine: SSHEngineKind) async throws {
         // sshd takes a keyword's first value: these come before the fixture's LogLevel VERBOSE.
         let sshd = try SSHDFixture(extraConfig: "RekeyLimit 1M\nLogLevel DEBUG1\n")
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
         let mib = 1 << 20
-        let (tunnel, ssh) = try await openSession(sshd, edge)
+        let (tunnel, ssh) = try await openSession(sshd, edge, engine: engine)
         var records: [TransferRecord] = []
         records.append(try await transfer(ssh, name: "download while rekeying", command: "head -c \(24 * mib) /dev/zero",
                                           expectOutput: 24 * mib))

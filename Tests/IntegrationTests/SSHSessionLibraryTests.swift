@@ -52,22 +52,27 @@ private final class MemoryPasswords: SSHPasswordStore {
 @Suite("SSHSession library over a tunnel stream", .serialized, .ownThreads)
 struct SSHSessionLibraryTests {
     private func openSession(_ sshd: SSHDFixture, _ edge: EdgeFixture, hostKeys: any SSHHostKeyDelegate = RecordingHostKeys(),
-                             keepalive: SSHKeepalive = SSHKeepalive()) async throws -> (AccessTunnel, SSHSession) {
+                             keepalive: SSHKeepalive = SSHKeepalive(), engine: SSHEngineKind = .libssh,
+                             opensTerminal: Bool = false) async throws -> (AccessTunnel, SSHSession) {
         let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
                                            caFile: edge.certs.caFile.path, retry: .never)
         let tunnel = AccessTunnel(options: options, logger: quietLogger)
         let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
         let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
-        return (tunnel, try SSHSession(stream: stream, configuration: .init(hostKeyDelegate: hostKeys, keepalive: keepalive)))
+        var configuration = SSHSession.Configuration(hostKeyDelegate: hostKeys, keepalive: keepalive, opensTerminal: opensTerminal)
+        if !opensTerminal { configuration.engine = engine }
+        let session = try SSHSession(stream: stream, configuration: configuration)
+        #expect(session.engineKind == (opensTerminal ? SSHEngineKind.choice(for: configuration) : engine))
+        return (tunnel, session)
     }
 
-    @Test("handshake, known_hosts, password auth (wrong then right), exec with output, stderr, stdin and exit status")
-    func passwordAndExec() async throws {
+    @Test("handshake, known_hosts, password auth (wrong then right), exec with output, stderr, stdin and exit status", arguments: SSHEngineKind.allCases)
+    func passwordAndExec(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
         let recorder = RecordingHostKeys()
-        let (tunnel, ssh) = try await openSession(sshd, edge, hostKeys: recorder)
+        let (tunnel, ssh) = try await openSession(sshd, edge, hostKeys: recorder, engine: engine)
         let key = try await ssh.handshake()
         #expect(recorder.seen.withLock { $0 } == [key], "the delegate was not asked about the host key")
         #expect(ssh.hostKey == key)
@@ -109,13 +114,13 @@ struct SSHSessionLibraryTests {
         #expect(sshd.logText.contains("library test done"), "sshd did not log the disconnect message")
     }
 
-    @Test("key file and agent authentication; an interactive channel sees its size, a resize and exits with a status")
-    func keyAgentAndInteractive() async throws {
+    @Test("key file and agent authentication; an interactive channel sees its size, a resize and exits with a status", arguments: SSHEngineKind.allCases)
+    func keyAgentAndInteractive(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
         do {
-            let (tunnel, ssh) = try await openSession(sshd, edge)
+            let (tunnel, ssh) = try await openSession(sshd, edge, engine: engine)
             _ = try await ssh.handshake()
             try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
             let channel = try await ssh.openShell(terminal: SSHTerminal(term: "vt100", columns: 90, rows: 20))
@@ -144,7 +149,7 @@ struct SSHSessionLibraryTests {
         }
         do {
             let agent = try AgentFixture(key: sshd.clientKeyPath)
-            let (tunnel, ssh) = try await openSession(sshd, edge)
+            let (tunnel, ssh) = try await openSession(sshd, edge, engine: engine)
             _ = try await ssh.handshake()
             try await ssh.authenticate(user: sshd.keyUser, offer: .agent(socketPath: agent.socket))
             let result = try await ssh.exec("whoami")
@@ -154,8 +159,8 @@ struct SSHSessionLibraryTests {
         }
     }
 
-    @Test("the host-key delegate is required: a key strict known_hosts does not name ends the session before any credential")
-    func refusedHostKeyStopsEverything() async throws {
+    @Test("the host-key delegate is required: a key strict known_hosts does not name ends the session before any credential", arguments: SSHEngineKind.allCases)
+    func refusedHostKeyStopsEverything(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
@@ -163,7 +168,7 @@ struct SSHSessionLibraryTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("known_hosts").path
         let strict = KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: file), host: testHost, checking: .strict))
-        let (tunnel, ssh) = try await openSession(sshd, edge, hostKeys: strict)
+        let (tunnel, ssh) = try await openSession(sshd, edge, hostKeys: strict, engine: engine)
         await #expect(throws: SSHFailure(.hostKeyRejected, "Host key verification failed.")) { try await ssh.handshake() }
         #expect(ssh.hostKey == nil)
         do {
@@ -177,8 +182,8 @@ struct SSHSessionLibraryTests {
         await tunnel.disconnect()
     }
 
-    @Test("ordered authentication against sshd: typed passwords (wrong, right), the save offer, then a second connection logs in with the remembered one without asking")
-    func orderedAuthentication() async throws {
+    @Test("ordered authentication against sshd: typed passwords (wrong, right), the save offer, then a second connection logs in with the remembered one without asking", arguments: SSHEngineKind.allCases)
+    func orderedAuthentication(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
@@ -188,7 +193,7 @@ struct SSHSessionLibraryTests {
         let login = SSHOrderedAuthentication(configuration: .init(account: account, passwordStore: store), prompts: prompts,
                                              logger: quietLogger)
         for round in 1...2 {
-            let (tunnel, ssh) = try await openSession(sshd, edge)
+            let (tunnel, ssh) = try await openSession(sshd, edge, engine: engine)
             try await ssh.handshake()
             let used = try await ssh.authenticate(user: sshd.passwordUser, delegate: login)
             #expect(used == .password(sshd.password), "round \(round)")
@@ -221,13 +226,13 @@ struct SSHSessionLibraryTests {
         #expect(result.stdout == "example-ssh\n")
     }
 
-    @Test("SSH keepalives go out while a channel is idle (interval 1 s here, 2 s for libssh2), and none with the interval 0")
-    func keepalives() async throws {
+    @Test("SSH keepalives go out while a channel is idle (interval 1 s here, 2 s for libssh2), and none with the interval 0", arguments: SSHEngineKind.allCases)
+    func keepalives(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
         for interval in [1, 0] {
-            let (tunnel, ssh) = try await openSession(sshd, edge, keepalive: SSHKeepalive(interval: .seconds(interval)))
+            let (tunnel, ssh) = try await openSession(sshd, edge, keepalive: SSHKeepalive(interval: .seconds(interval)), engine: engine)
             _ = try await ssh.handshake()
             try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
             let started = sshd.logText.components(separatedBy: "Starting session: command").count
@@ -252,12 +257,12 @@ struct SSHSessionLibraryTests {
         }
     }
 
-    @Test("a connection that goes silent (the edge frozen with SIGSTOP, no socket error) is found dead by unanswered keepalives")
-    func silentConnectionIsLost() async throws {
+    @Test("a connection that goes silent (the edge frozen with SIGSTOP, no socket error) is found dead by unanswered keepalives", arguments: SSHEngineKind.allCases)
+    func silentConnectionIsLost(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
                                    serviceTokens: [(testTokenID, testTokenSecret)])
-        let (tunnel, ssh) = try await openSession(sshd, edge, keepalive: SSHKeepalive(interval: .seconds(1)))
+        let (tunnel, ssh) = try await openSession(sshd, edge, keepalive: SSHKeepalive(interval: .seconds(1)), engine: engine)
         _ = try await ssh.handshake()
         try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
         let started = Date()
@@ -281,5 +286,56 @@ struct SSHSessionLibraryTests {
         kill(edge.process.pid, SIGCONT)
         await ssh.disconnect()
         await tunnel.disconnect()
+    }
+
+    @Test("a session that opens a terminal sends the terminal's modes with the request (on libssh2 while libssh is older than 0.11); another one runs on libssh")
+    func terminalModesSent() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        let plain = try await openSession(sshd, edge)
+        #expect(plain.1.engineKind == .libssh)
+        #expect(plain.1.terminalModesSent == SSHEngineKind.libssh.sendsTerminalModes)
+        await plain.1.disconnect()
+        await plain.0.disconnect()
+
+        let (tunnel, ssh) = try await openSession(sshd, edge, opensTerminal: true)
+        #expect(ssh.terminalModesSent)
+        #expect(ssh.engineName.hasPrefix(SSHEngineKind.libssh.sendsTerminalModes ? "libssh " : "libssh2 "), "\(ssh.engineName)")
+        _ = try await ssh.handshake()
+        try await ssh.authenticate(user: sshd.keyUser, offer: .privateKey(path: sshd.clientKeyPath.path))
+        // VINTR (1) ^X, VERASE (3) ^H, IXON (38) off: each unlike a new pty's defaults.
+        let modes = SSHTerminalModes([.init(opcode: 1, value: 0x18), .init(opcode: 3, value: 0x08), .init(opcode: 38, value: 0)])
+        let channel = try await ssh.openShell(terminal: SSHTerminal(term: "vt100", columns: 80, rows: 24, modes: modes),
+                                              command: "stty -a; exit 3")
+        let output = LockedBox(Data())
+        #expect(await channel.run { data in output.withLock { $0.append(data) } } == .exited(3))
+        let text = String(decoding: output.withLock { $0 }, as: UTF8.self)
+        #expect(text.contains("intr = ^X"), "\(text)")
+        #expect(text.contains("erase = ^H"), "\(text)")
+        #expect(text.contains("-ixon"), "\(text)")
+        await ssh.disconnect()
+        await tunnel.disconnect()
+    }
+
+    @Test("the libssh2 engine (1.10: RSA only with SHA-1) says why a server with only an RSA host key cannot be reached; libssh reaches it")
+    func rsaOnlyServerPerEngine() async throws {
+        let sshd = try SSHDFixture(hostKeyType: "rsa")
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        for engine in SSHEngineKind.allCases {
+            let (tunnel, ssh) = try await openSession(sshd, edge, engine: engine)
+            do {
+                let key = try await ssh.handshake()
+                #expect(engine.features.rsaSHA2, "\(engine) reached an RSA-only server without rsa-sha2")
+                #expect(key.algorithm == "ssh-rsa")
+            } catch {
+                #expect(!engine.features.rsaSHA2, "\(engine): \(error)")
+                #expect(error.message.contains("The SSH server has only an RSA host key (it offers rsa-sha2-512,rsa-sha2-256"), "\(error)")
+                #expect(error.message.contains("RSA keys need rsa-sha2-256/512 signatures, which \(engine.features.version) cannot make"))
+            }
+            await ssh.disconnect()
+            await tunnel.disconnect()
+        }
     }
 }

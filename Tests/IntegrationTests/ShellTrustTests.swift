@@ -7,6 +7,31 @@ import Glibc
 
 /// `cf-access-tcp shell` against hostile and misconfigured SSH servers (issue 16, points 1–4
 /// and 9): a paramiko server (`scripts/hostile-ssh.py`) or a real sshd behind the emulator.
+/// The engines a shell session runs on (issue 16 point 15): libssh for a command, libssh2 for a
+/// terminal (`-tt`) while libssh is older than 0.11 (it cannot send terminal modes). The tests
+/// of points 1–4 run on both.
+enum ShellEngine: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case command
+    case terminal
+
+    /// The tool's flags for this engine.
+    var flags: [String] { self == .terminal ? ["-tt"] : [] }
+
+    /// The client identification the server sees (paramiko's `client` event).
+    var clientEvent: String {
+        self == .terminal && !SSHEngineKind.libssh.sendsTerminalModes ? "client SSH-2.0-libssh2_" : "client SSH-2.0-libssh_"
+    }
+
+    /// Whether `events` (a paramiko server's) show this engine's identification.
+    func ran(in events: [String]) -> Bool {
+        events.contains { $0.hasPrefix(clientEvent) }
+    }
+
+    var testDescription: String {
+        self == .terminal ? "a terminal (-tt)" : "a command"
+    }
+}
+
 @Suite("shell mode against hostile and misconfigured servers", .serialized, .ownThreads)
 struct ShellTrustTests {
     /// A world whose emulator reaches `target` (the hostile server), with a real sshd next to it
@@ -18,14 +43,14 @@ struct ShellTrustTests {
 
     // MARK: Point 1: a key of another type is a changed key; known types are asked for first
 
-    @Test("a known host presenting a key of ANOTHER type: refused as a changed key, with --accept-new too, never called unknown, never added")
-    func otherKeyTypeRefused() throws {
+    @Test("a known host presenting a key of ANOTHER type: refused as a changed key, with --accept-new too, never called unknown, never added", arguments: ShellEngine.allCases)
+    func otherKeyTypeRefused(engine: ShellEngine) throws {
         let server = try HostileSSHServer(mode: "ssh", hostKeys: ["ecdsa"])
         let world = try world(reaching: server.address)
         let known = "\(testHost) \(try server.otherKey("ed25519"))\n"
         try known.write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
         for extra in [["--accept-new"], []] {
-            let result = try world.runTool(world.arguments(user: "me", extra: extra, command: ["true"]))
+            let result = try world.runTool(world.arguments(user: "me", extra: engine.flags + extra, command: ["true"]))
             #expect(result.status == 77, "\(extra): \(result.stderr)")
             #expect(result.stderr.contains("WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!"), "\(extra): \(result.stderr)")
             #expect(result.stderr.contains("The fingerprint for the ECDSA key sent by the remote host is"))
@@ -37,31 +62,34 @@ struct ShellTrustTests {
         }
         #expect(try String(contentsOf: world.knownHostsFile, encoding: .utf8) == known)
         #expect(!server.events.contains { $0.hasPrefix("auth-") }, "no authentication after a refused key: \(server.events)")
+        #expect(engine.ran(in: server.events), "\(server.events)")
     }
 
-    @Test("a server with ECDSA and ED25519 host keys presents the type known_hosts already has (the key exchange asks for it first)")
-    func knownTypeAskedFirst() throws {
+    @Test("a server with ECDSA and ED25519 host keys presents the type known_hosts already has (the key exchange asks for it first)", arguments: ShellEngine.allCases)
+    func knownTypeAskedFirst(engine: ShellEngine) throws {
         let server = try HostileSSHServer(mode: "ssh", hostKeys: ["ecdsa", "ed25519"])
         let world = try world(reaching: server.address)
         for (type, algorithm) in [("ed25519", "ssh-ed25519"), ("ecdsa", "ecdsa-sha2-nistp256")] {
             try "\(testHost) \(server.publicLines[type]!)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
             let before = server.events.filter { $0.hasPrefix("hostkey ") }.count
-            let result = try world.runTool(world.arguments(user: "me", command: ["true"]))
+            let result = try world.runTool(world.arguments(user: "me", extra: engine.flags, command: ["true"]))
             #expect(result.status == 0, "known \(type): \(result.stderr)")
             #expect(result.stdout == "ran\n")
             let negotiated = server.events.filter { $0.hasPrefix("hostkey ") }.dropFirst(before)
             #expect(Array(negotiated) == ["hostkey \(algorithm)"], "known \(type): \(server.events)")
         }
+        #expect(engine.ran(in: server.events), "\(server.events)")
+        #expect(server.events.contains("pty") == (engine == .terminal), "\(server.events)")
     }
 
     // MARK: Point 3: markers, patterns, destinations
 
-    @Test("@revoked: refused with OpenSSH's warning even with --accept-new, and known_hosts is left alone")
-    func revokedHostKey() throws {
+    @Test("@revoked: refused with OpenSSH's warning even with --accept-new, and known_hosts is left alone", arguments: ShellEngine.allCases)
+    func revokedHostKey(engine: ShellEngine) throws {
         let world = try ShellWorld()
         let known = "@revoked *.cfat.test \(world.sshd.hostKeyPublicLine)\n\(testHost) \(world.sshd.hostKeyPublicLine)\n"
         try known.write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
-        let result = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path, "--accept-new"],
+        let result = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: engine.flags + ["-i", world.sshd.clientKeyPath.path, "--accept-new"],
                                                        command: ["echo", "never"]))
         #expect(result.status == 77, "\(result.stderr)")
         #expect(result.stderr.contains("WARNING: REVOKED HOST KEY DETECTED!"))
@@ -72,21 +100,21 @@ struct ShellTrustTests {
         #expect(!world.sshd.logText.contains("Accepted publickey"))
     }
 
-    @Test("patterns: a wildcard entry matches (nothing added); a negated one excludes the host; @cert-authority does not vouch for a plain key")
-    func patternsAndCertificateAuthorities() throws {
+    @Test("patterns: a wildcard entry matches (nothing added); a negated one excludes the host; @cert-authority does not vouch for a plain key", arguments: ShellEngine.allCases)
+    func patternsAndCertificateAuthorities(engine: ShellEngine) throws {
         let world = try ShellWorld()
         let key = ["-i", world.sshd.clientKeyPath.path]
         let wildcard = "*.cfat.test,other.example \(world.sshd.hostKeyPublicLine)\n"
         try wildcard.write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
-        let matched = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: key + ["--accept-new"], command: ["echo", "wild"]))
+        let matched = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: engine.flags + key + ["--accept-new"], command: ["echo", "wild"]))
         #expect(matched.status == 0, "\(matched.stderr)")
-        #expect(matched.stdout == "wild\n")
+        #expect(matched.stdout.replacingOccurrences(of: "\r", with: "") == "wild\n")
         #expect(try String(contentsOf: world.knownHostsFile, encoding: .utf8) == wildcard, "a matching pattern adds nothing")
 
         for excluded in ["*.cfat.test,!\(testHost) \(world.sshd.hostKeyPublicLine)\n",
                          "@cert-authority *.cfat.test \(world.sshd.hostKeyPublicLine)\n"] {
             try excluded.write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
-            let unknown = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: key, command: ["echo", "never"]))
+            let unknown = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: engine.flags + key, command: ["echo", "never"]))
             #expect(unknown.status == 77, "\(excluded): \(unknown.stderr)")
             #expect(unknown.stderr.contains("The authenticity of host '\(testHost)' can't be established."), "\(excluded): \(unknown.stderr)")
         }
@@ -117,15 +145,15 @@ struct ShellTrustTests {
 
     // MARK: Point 2: server text is visible-safe
 
-    @Test("escape sequences in keyboard-interactive texts and the exit-signal name reach the terminal as visible text: the title stays, the screen is not cleared")
-    func escapesOnTheTerminal() throws {
+    @Test("escape sequences in keyboard-interactive texts and the exit-signal name reach the terminal as visible text: the title stays, the screen is not cleared", arguments: ShellEngine.allCases)
+    func escapesOnTheTerminal(engine: ShellEngine) throws {
         let server = try HostileSSHServer(mode: "ssh", hostKeys: ["ed25519"], extra: [
             "--auth", "kbd", "--kbd-name", "\\x1b]0;pwned-name\\x07", "--kbd-instruction", "\\x1b[2J\\x1b[31mcleared",
             "--kbd-prompt", "Code\\x1b]2;pwned-prompt\\x07: ", "--answer", "right", "--exec-signal", "TERM\\x1b]0;pwned-signal\\x07",
         ])
         let world = try world(reaching: server.address)
         try "\(testHost) \(server.publicLines["ed25519"]!)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
-        let terminal = try TmuxTerminal(command: try world.toolCommandLine(world.arguments(user: "me", command: ["true"])))
+        let terminal = try TmuxTerminal(command: try world.toolCommandLine(world.arguments(user: "me", extra: engine.flags, command: ["true"])))
         let title = try terminal.control(["display-message", "-p", "-t", "t", "#{pane_title}"])
         try terminal.waitFor("Code\\033]2;pwned-prompt\\007: ")
         try terminal.type("right")
@@ -137,16 +165,17 @@ struct ShellTrustTests {
         #expect(screen.contains("killed by signal TERM\\033]0;pwned-signal\\007"))
         #expect(try terminal.control(["display-message", "-p", "-t", "t", "#{pane_title}"]) == title)
         #expect(server.events.contains("answer right"))
+        #expect(engine.ran(in: server.events), "\(server.events)")
     }
 
-    @Test("escape sequences in a disconnect message, an exit-signal name and the method list never reach stderr raw")
-    func escapesOnStderr() throws {
+    @Test("escape sequences in a disconnect message, an exit-signal name and the method list never reach stderr raw", arguments: ShellEngine.allCases)
+    func escapesOnStderr(engine: ShellEngine) throws {
         let disconnecting = try HostileSSHServer(mode: "ssh", hostKeys: ["ed25519"], extra: [
             "--auth", "disconnect", "--disconnect-text", "go away\\x1b]0;pwned\\x07\\x1b[2J",
         ])
         let world = try world(reaching: disconnecting.address)
         try "\(testHost) \(disconnecting.publicLines["ed25519"]!)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
-        let result = try world.runTool(world.arguments(user: "me", command: ["true"]))
+        let result = try world.runTool(world.arguments(user: "me", extra: engine.flags, command: ["true"]))
         #expect(result.status == 77, "\(result.stderr)")
         #expect(result.stderr.contains("Authentication failed: the SSH server disconnected: go away\\033]0;pwned\\007\\033[2J"),
                 "\(result.stderr)")
@@ -155,52 +184,54 @@ struct ShellTrustTests {
         let signalling = try HostileSSHServer(mode: "ssh", hostKeys: ["ed25519"], extra: ["--exec-signal", "KILL\\x1b[2J\\r"])
         let second = try self.world(reaching: signalling.address)
         try "\(testHost) \(signalling.publicLines["ed25519"]!)\n".write(to: second.knownHostsFile, atomically: true, encoding: .utf8)
-        let killed = try second.runTool(second.arguments(user: "me", command: ["true"]))
+        let killed = try second.runTool(second.arguments(user: "me", extra: engine.flags, command: ["true"]))
         #expect(killed.status == 255, "\(killed.stderr)")
         #expect(killed.stderr.contains("the remote command was killed by signal KILL\\033[2J\\015"))
         #expect(!killed.stderr.utf8.contains(0x1B) && !killed.stderr.utf8.contains(0x0D))
+        #expect(engine.ran(in: disconnecting.events) && engine.ran(in: signalling.events), "\(signalling.events)")
     }
 
     // MARK: Point 4: every wait bounded
 
-    @Test("an endless stream of lines before the identification ends: a fast one as 'not an SSH server', a slow one at --timeout")
-    func endlessPreBanner() throws {
+    @Test("an endless stream of lines before the identification ends: a fast one as 'not an SSH server', a slow one at --timeout", arguments: ShellEngine.allCases)
+    func endlessPreBanner(engine: ShellEngine) throws {
         let flood = try HostileSSHServer(mode: "prebanner-flood")
         let world = try world(reaching: flood.address)
-        let flooded = try world.runTool(world.arguments(user: "me", extra: ["--timeout", "20"], command: ["true"]), timeout: 120)
+        let flooded = try world.runTool(world.arguments(user: "me", extra: engine.flags + ["--timeout", "20"], command: ["true"]), timeout: 120)
         #expect(flooded.status == 76, "\(flooded.stderr)")
         #expect(flooded.stderr.contains("The peer is not an SSH server: it sent more than 1024 lines and no SSH identification "
                                         + "(it began \"This is not an SSH server yet"), "\(flooded.stderr)")
 
         let drip = try HostileSSHServer(mode: "prebanner-drip")
         let slow = try self.world(reaching: drip.address)
-        let dripped = try slow.runTool(slow.arguments(user: "me", extra: ["--timeout", "5"], command: ["true"]), timeout: 120)
+        let dripped = try slow.runTool(slow.arguments(user: "me", extra: engine.flags + ["--timeout", "5"], command: ["true"]), timeout: 120)
         #expect(dripped.status == 69, "\(dripped.stderr)")
         #expect(dripped.stderr.contains("Connection timed out: the server sent "), "\(dripped.stderr)")
         #expect(dripped.stderr.contains("lines but no SSH identification within 5 s (it began \"still warming up, line 1\")"))
     }
 
-    @Test("a 1 MiB junk banner is 'not an SSH server', not 'did not answer'")
-    func junkBanner() throws {
+    @Test("a 1 MiB junk banner is 'not an SSH server', not 'did not answer'", arguments: ShellEngine.allCases)
+    func junkBanner(engine: ShellEngine) throws {
         let junk = try HostileSSHServer(mode: "junk-banner")
         let world = try world(reaching: junk.address)
-        let result = try world.runTool(world.arguments(user: "me", extra: ["--timeout", "20"], command: ["true"]), timeout: 120)
+        let result = try world.runTool(world.arguments(user: "me", extra: engine.flags + ["--timeout", "20"], command: ["true"]), timeout: 120)
         #expect(result.status == 76, "\(result.stderr)")
         #expect(result.stderr.contains("The peer is not an SSH server: it sent 8192 bytes without a line end and no SSH identification"),
                 "\(result.stderr)")
         #expect(!result.stderr.contains("timed out"))
     }
 
-    @Test("an empty authentication-method list (here: only a name no one knows, full of escapes) is 'no authentication method offered'")
-    func emptyMethodList() throws {
+    @Test("an empty authentication-method list (here: only a name no one knows, full of escapes) is 'no authentication method offered'", arguments: ShellEngine.allCases)
+    func emptyMethodList(engine: ShellEngine) throws {
         let server = try HostileSSHServer(mode: "ssh", hostKeys: ["ed25519"], extra: ["--auth", "empty", "--methods", "\\x1b]0;x\\x07"])
         let world = try world(reaching: server.address)
         try "\(testHost) \(server.publicLines["ed25519"]!)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
-        let result = try world.runTool(world.arguments(user: "me", command: ["true"]))
+        let result = try world.runTool(world.arguments(user: "me", extra: engine.flags, command: ["true"]))
         #expect(result.status == 77, "\(result.stderr)")
         #expect(result.stderr.contains("Authentication failed: no authentication method offered by the server for me@\(testHost)"),
                 "\(result.stderr)")
         #expect(!result.stderr.utf8.contains(0x1B))
+        #expect(engine.ran(in: server.events), "\(server.events)")
     }
 
     @Test("a wedged session bus (accepts, never answers) does not hang the password path: one line at --timeout, then the prompt")
@@ -222,10 +253,10 @@ struct ShellTrustTests {
         #expect(try terminal.screen().contains("past-the-bus"))
     }
 
-    // MARK: Point 9: RSA with libssh2 1.10
+    // MARK: Point 9: RSA (libssh signs and verifies rsa-sha2; libssh2 1.10 does not)
 
-    @Test("a server with only an RSA host key (OpenSSH 9.2, and paramiko without ssh-rsa): the RSA limitation said, not 'Unable to exchange encryption keys'")
-    func rsaOnlyHostKey() throws {
+    @Test("a server with only an RSA host key (OpenSSH 9.2, and paramiko without ssh-rsa) logs in; a terminal session runs on libssh then (known RSA key), or connects again on libssh when libssh2 found the server RSA-only", arguments: ShellEngine.allCases)
+    func rsaOnlyHostKey(engine: ShellEngine) throws {
         let sshd = try SSHDFixture(hostKeyType: "rsa")
         let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)", serviceTokens: [(testTokenID, testTokenSecret)])
         let real = try ShellWorld(edge: edge, sshd: sshd)
@@ -233,24 +264,35 @@ struct ShellTrustTests {
         let paramiko = try HostileSSHServer(mode: "ssh", hostKeys: ["rsa"], extra: ["--no-ssh-rsa"])
         let hostile = try world(reaching: paramiko.address)
         try "\(testHost) \(paramiko.publicLines["rsa"]!)\n".write(to: hostile.knownHostsFile, atomically: true, encoding: .utf8)
+        let libssh2Terminal = engine == .terminal && !SSHEngineKind.libssh.sendsTerminalModes
         for (name, world, user) in [("sshd", real, sshd.keyUser), ("paramiko", hostile, "me")] {
-            let extra = name == "sshd" ? ["-i", sshd.clientKeyPath.path] : []
+            let log = world.home.appendingPathComponent("rsa-host.log")
+            let extra = engine.flags + (name == "sshd" ? ["-i", sshd.clientKeyPath.path] : []) + ["--loglevel", "debug", "--logfile", log.path]
             let result = try world.runTool(world.arguments(user: user, extra: extra, command: ["echo", "rsa-host"]))
-            if SSHEngineFeatures.linked.rsaSHA2 {
-                #expect(result.status == 0, "\(name), libssh2 \(SSHEngineFeatures.linked.version): \(result.stderr)")
-            } else {
-                #expect(result.status == 76, "\(name): \(result.stderr)")
-                #expect(result.stderr.contains("The SSH server has only an RSA host key (it offers rsa-sha2-512,rsa-sha2-256"),
-                        "\(name): \(result.stderr)")
-                #expect(result.stderr.contains("RSA keys need libssh2 ≥ 1.11 (this is libssh2 \(SSHEngineFeatures.linked.version)"))
-                #expect(result.stderr.contains("; use an ed25519 or ECDSA key, or ssh with ProxyCommand"))
-                #expect(!result.stderr.contains("Unable to exchange encryption keys"))
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+            #expect(result.stdout.replacingOccurrences(of: "\r", with: "") == (name == "sshd" ? "rsa-host\n" : "ran\n"), "\(name)")
+            if libssh2Terminal {
+                let said = try String(contentsOf: log, encoding: .utf8)
+                #expect(said.contains("the terminal session runs on libssh: the host's known key is an RSA key, which libssh2 "), "\(said)")
             }
         }
+        #expect(paramiko.events.contains { $0.hasPrefix("client SSH-2.0-libssh_") }, "\(paramiko.events)")
+
+        // Not yet known: libssh2 meets the RSA-only server in the key exchange, then libssh logs in.
+        try FileManager.default.removeItem(at: hostile.knownHostsFile)
+        let log = hostile.home.appendingPathComponent("rsa-new.log")
+        let added = try hostile.runTool(hostile.arguments(user: "me", extra: engine.flags + ["--accept-new", "--loglevel", "debug", "--logfile", log.path],
+                                                          command: ["echo", "rsa-host"]))
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(try String(contentsOf: hostile.knownHostsFile, encoding: .utf8) == "\(testHost) \(paramiko.publicLines["rsa"]!)\n")
+        let said = try String(contentsOf: log, encoding: .utf8)
+        #expect(said.contains("the terminal session runs on libssh: The SSH server has only an RSA host key") == libssh2Terminal, "\(said)")
+        #expect(added.stderr.contains("Permanently added '\(testHost)' (RSA)"), "\(added.stderr)")
+        #expect(!added.stderr.contains("RSA keys need"), "\(added.stderr)")
     }
 
-    @Test("an RSA user key against OpenSSH 9.2 (which refuses ssh-rsa signatures): the RSA limitation said, exit 77")
-    func rsaUserKey() throws {
+    @Test("an RSA user key against OpenSSH 9.2 (which refuses ssh-rsa signatures) logs in, in a terminal session too (on libssh, which signs with rsa-sha2)", arguments: ShellEngine.allCases)
+    func rsaUserKey(engine: ShellEngine) throws {
         let world = try ShellWorld()
         try world.trustHostKey()
         let key = world.home.appendingPathComponent("id_rsa_user")
@@ -260,15 +302,15 @@ struct ShellTrustTests {
         handle.seekToEndOfFile()
         handle.write(try Data(contentsOf: key.appendingPathExtension("pub")))
         try handle.close()
-        let result = try world.runTool(world.arguments(user: world.sshd.keyUser, extra: ["-i", key.path], command: ["echo", "rsa-user"]))
-        if SSHEngineFeatures.linked.rsaSHA2 {
-            #expect(result.status == 0, "\(result.stderr)")
-            #expect(result.stdout == "rsa-user\n")
-        } else {
-            #expect(result.status == 77, "\(result.stderr)")
-            #expect(result.stderr.contains("The server refused the RSA key \(key.path): RSA keys need libssh2 ≥ 1.11"), "\(result.stderr)")
-            #expect(result.stderr.contains("Authentication failed: \(world.sshd.keyUser)@\(testHost) (the server offers: publickey, password): "
-                                           + "RSA keys need libssh2 ≥ 1.11"), "\(result.stderr)")
-        }
+        let log = world.home.appendingPathComponent("rsa-user.log")
+        let result = try world.runTool(world.arguments(user: world.sshd.keyUser,
+                                                       extra: engine.flags + ["-i", key.path, "--loglevel", "debug", "--logfile", log.path],
+                                                       command: ["echo", "rsa-user"]))
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.replacingOccurrences(of: "\r", with: "") == "rsa-user\n")
+        #expect(!result.stderr.contains("RSA keys need"), "\(result.stderr)")
+        let said = try String(contentsOf: log, encoding: .utf8)
+        #expect(said.contains("the terminal session runs on libssh: an RSA key may be offered")
+                == (engine == .terminal && !SSHEngineKind.libssh.sendsTerminalModes), "\(said)")
     }
 }

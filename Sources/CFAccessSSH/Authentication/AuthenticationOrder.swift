@@ -153,7 +153,7 @@ package struct AuthenticationOrder: Sendable {
     }
 
     /// What there is to try with.
-    package let setup: Setup
+    package private(set) var setup: Setup
     /// The offer that worked last, tried first by the next connection.
     package private(set) var remembered: SSHAuthenticationOffer?
     /// The password that answered a keyboard-interactive password round that worked: such a
@@ -172,6 +172,12 @@ package struct AuthenticationOrder: Sendable {
     private var typedInRound: String?
     /// An RSA key was refused while the engine signs RSA only with SHA-1.
     private var rsaRefused = false
+
+    /// Runs on a session of the engine with `features` (its RSA limitation), as the session
+    /// says before it asks for offers.
+    package mutating func use(features: SSHEngineFeatures) {
+        setup.features = features
+    }
 
     /// An order for `setup`, with nothing remembered.
     package init(setup: Setup) { self.setup = setup }

@@ -122,6 +122,22 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         state = LockedBox(State(order: AuthenticationOrder(setup: setup)))
     }
 
+    /// Told by ``SSHSession/authenticate(user:delegate:)``: the engine of the session (what it
+    /// says about RSA keys depends on it).
+    func useEngine(_ features: SSHEngineFeatures) {
+        state.withLock { $0.order.use(features: features) }
+    }
+
+    /// Whether an RSA key is among the keys this authentication may offer: an identity file's,
+    /// or the agent's unless `IdentitiesOnly`. An engine without rsa-sha2 would see it refused.
+    package func mayOfferRSAKey() async -> Bool {
+        let setup = state.withLock { $0.order.setup }
+        let isRSA: ([UInt8]) -> Bool = { SSHPublicKeyBlob.algorithm($0) == "ssh-rsa" }
+        if setup.keys.contains(where: { $0.publicKey.map(isRSA) ?? false }) { return true }
+        guard !setup.identitiesOnly, let socket = setup.agentSocketPath else { return false }
+        return await listAgent(socket).contains(where: isRSA)
+    }
+
     /// The next offer in OpenSSH's order, asking the prompts and the password store on the way.
     public func nextAuthenticationOffer(availableMethods: SSHAuthenticationMethods,
                                         lastFailure: SSHFailure?) async throws(SSHFailure) -> SSHAuthenticationOffer? {

@@ -6,140 +6,6 @@ internal import CCFLibSSH
 import Glibc
 #endif
 
-/// Requests other threads post to a running channel; a byte on a pipe wakes the pump's poll.
-final class ChannelControl: @unchecked Sendable {
-    enum Command {
-        case write(Data)
-        case endOfInput
-        case resize(columns: Int, rows: Int)
-        case close
-    }
-
-    private let pending = LockedBox<[Command]>([])
-    let readEnd: Int32
-    private let writeEnd: Int32
-
-    init() throws(SSHFailure) {
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else {
-            throw SSHFailure(.localIO, "cannot create a pipe: \(String(cString: strerror(errno)))")
-        }
-        for end in fds {
-            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-        }
-        readEnd = fds[0]
-        writeEnd = fds[1]
-    }
-
-    deinit {
-        close(readEnd)
-        close(writeEnd)
-    }
-
-    /// Queues `command` and wakes the pump.
-    func post(_ command: Command) {
-        pending.withLock { $0.append(command) }
-        var byte: UInt8 = 1
-        _ = write(writeEnd, &byte, 1)
-    }
-
-    /// Takes the queued commands; reads the wake-up bytes when the pipe was found readable
-    /// (only then: an empty pipe costs no syscall per round).
-    func drain(pipeReadable: Bool) -> [Command] {
-        if pipeReadable {
-            var scratch = [UInt8](repeating: 0, count: 64)
-            while read(readEnd, &scratch, scratch.count) > 0 {}
-        }
-        return pending.withLock { queue in
-            defer { queue = [] }
-            return queue
-        }
-    }
-}
-
-/// Where a channel's output goes: (stream 0 = stdout, 1 = stderr, bytes) -> written?
-typealias OutputSink = (Int32, UnsafeRawBufferPointer) -> Bool
-
-/// Writes all of `bytes` to `fd`, waiting if the descriptor is non-blocking and full.
-func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-    var offset = 0
-    while offset < bytes.count {
-        let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-        if n > 0 {
-            offset += n
-        } else if n < 0 && errno == EINTR {
-            continue
-        } else if n < 0 && errno == EAGAIN {
-            var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&entry, 1, 1000)
-        } else {
-            return false
-        }
-    }
-    return true
-}
-
-/// A sink writing stdout and stderr to two descriptors.
-func descriptorSink(output: Int32, error: Int32) -> OutputSink {
-    { stream, bytes in writeAll(stream == 0 ? output : error, bytes) }
-}
-
-/// Collects a command's output in memory.
-final class OutputCollector: Sendable {
-    private let collected = LockedBox((output: Data(), error: Data()))
-
-    var sink: OutputSink {
-        { [collected] stream, bytes in
-            collected.withLock { c in
-                if stream == 0 { c.output.append(contentsOf: bytes) } else { c.error.append(contentsOf: bytes) }
-            }
-            return true
-        }
-    }
-
-    func result(end: SSHChannelEnd) -> SSHExecResult {
-        collected.withLock { SSHExecResult(standardOutput: $0.output, standardError: $0.error, end: end) }
-    }
-}
-
-/// A FIFO of bytes with a moving start: appends at the end, consumes from the front without
-/// shifting what is left each time.
-struct PumpBuffer {
-    private var storage: [UInt8] = []
-    private var start = 0
-
-    var count: Int { storage.count - start }
-    var isEmpty: Bool { start == storage.count }
-
-    mutating func append(_ bytes: UnsafeRawBufferPointer) {
-        guard bytes.count > 0 else { return }
-        if start > 0 && (start == storage.count || start >= 64 * 1024 && start * 2 >= storage.count) {
-            storage.removeFirst(start)
-            start = 0
-        }
-        storage.append(contentsOf: bytes)
-    }
-
-    mutating func append(_ data: Data) {
-        data.withUnsafeBytes { append($0) }
-    }
-
-    /// Hands the unconsumed bytes to `body`, which returns how many it took.
-    mutating func consume(_ body: (UnsafeRawBufferPointer) -> Int) -> Int {
-        guard !isEmpty else { return 0 }
-        let taken = storage.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[start...])) }
-        if taken > 0 {
-            start += taken
-            if start == storage.count {
-                storage.removeAll(keepingCapacity: storage.capacity <= 1 << 20)
-                start = 0
-            }
-        }
-        return taken
-    }
-}
-
 /// The exec or shell channel a pump runs.
 final class SessionChannel {
     let raw: OpaquePointer
@@ -253,7 +119,7 @@ private let exitSignalCallback: @convention(c) (
 /// in which nothing moved and no channel holds data it could take (`ssh_channel_poll` on every
 /// channel, which also reads what the socket has, is asked last).
 final class SessionPump {
-    let session: SSHSession
+    let session: LibSSHSession
     let control: ChannelControl
     var main: SessionChannel?
     var forwards: [ForwardedConnection] = []
@@ -270,7 +136,7 @@ final class SessionPump {
 
     static let chunk = 256 * 1024
 
-    init(session: SSHSession, control: ChannelControl) {
+    init(session: LibSSHSession, control: ChannelControl) {
         self.session = session
         self.control = control
         scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: SessionPump.chunk, alignment: 16)
@@ -830,7 +696,7 @@ final class SessionPump {
     }
 }
 
-extension SSHSession {
+extension LibSSHSession {
     /// Runs a started channel (or, with nil, only the session's forwards) until it ends: its
     /// output to `sink`, `input` (read when it is readable, through `escapes` if given) and
     /// posted writes to the channel, resizes and EOF from `control`, keepalives as
@@ -848,14 +714,14 @@ extension SSHSession {
     /// Listens for `listener`'s connections whenever a channel of this session runs (a command,
     /// a shell, or ``runForwards()``), each carried in a `direct-tcpip` channel of its own
     /// (OpenSSH's `-L`). The session does not close the listener.
-    public func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure) {
+    func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure) {
         try await onThread { session in session.box.forwards.append(listener) }
     }
 
     /// Serves the forwards of ``startForwarding(_:)`` with no command (OpenSSH's `-N`) until
     /// the connection is lost (``SSHChannelEnd/lost(_:)``) or the task is cancelled
     /// (``SSHChannelEnd/closed``).
-    public func runForwards() async -> SSHChannelEnd {
+    func runForwards() async -> SSHChannelEnd {
         let control: ChannelControl
         do {
             control = try ChannelControl()
@@ -877,35 +743,35 @@ extension SSHSession {
 }
 
 /// An interactive channel with a pseudo-terminal (a shell or a command), from
-/// ``SSHSession/openShell(terminal:command:environment:)``.
-public final class SSHInteractiveChannel: Sendable {
-    private let session: SSHSession
+/// ``LibSSHSession/openShell(terminal:command:environment:)``.
+final class LibSSHInteractiveChannel: InteractiveChannelEngine {
+    private let session: LibSSHSession
     private let channel: ChannelHandle
     private let control: ChannelControl
 
-    init(session: SSHSession, channel: ChannelHandle, control: ChannelControl) {
+    init(session: LibSSHSession, channel: ChannelHandle, control: ChannelControl) {
         self.session = session
         self.channel = channel
         self.control = control
     }
 
     /// Tells the remote the terminal's new size (SIGWINCH). Safe from any thread.
-    public func resize(columns: Int, rows: Int) {
+    func resize(columns: Int, rows: Int) {
         control.post(.resize(columns: columns, rows: rows))
     }
 
     /// Sends `data` as keyboard input. Safe from any thread.
-    public func write(_ data: Data) {
+    func write(_ data: Data) {
         control.post(.write(data))
     }
 
     /// Ends the input (EOF).
-    public func endInput() {
+    func endInput() {
         control.post(.endOfInput)
     }
 
     /// Closes the channel; ``run(input:output:escapes:)`` then returns `.closed`.
-    public func close() {
+    func close() {
         control.post(.close)
     }
 
@@ -916,7 +782,7 @@ public final class SSHInteractiveChannel: Sendable {
     /// With `escapes`, what is typed on `input` goes through OpenSSH's escape sequences first:
     /// `~.` ends the channel at once (``SSHChannelEnd/closed``, without waiting for the server,
     /// so it works on a hung connection), `~?` writes the list to `output`, `~~` sends one `~`.
-    public func run(input: FileDescriptor?, output: FileDescriptor, escapes: SSHEscapes? = nil) async -> SSHChannelEnd {
+    func run(input: FileDescriptor?, output: FileDescriptor, escapes: SSHEscapes? = nil) async -> SSHChannelEnd {
         let channel = self.channel
         let control = self.control
         let (input, output) = (input?.rawValue, output.rawValue)
@@ -932,7 +798,7 @@ public final class SSHInteractiveChannel: Sendable {
 
     /// Runs the channel until it ends, handing each piece of output to `onOutput` (on the
     /// session's thread); input comes from ``write(_:)``.
-    public func run(onOutput: @escaping @Sendable (Data) -> Void) async -> SSHChannelEnd {
+    func run(onOutput: @escaping @Sendable (Data) -> Void) async -> SSHChannelEnd {
         let channel = self.channel
         let control = self.control
         do {

@@ -1,0 +1,82 @@
+import FoundationEssentials
+
+/// The SSH libraries a session can run on: libssh, or libssh2 for a session that opens a
+/// terminal while the linked libssh cannot send terminal modes (see ``SSHSession``).
+package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
+    case libssh
+    case libssh2
+
+    /// The engine for a session of `configuration`: its ``SSHSession/Configuration/engine`` if
+    /// set; otherwise libssh, unless the session opens a terminal and libssh cannot send its
+    /// modes.
+    package static func choice(for configuration: SSHSession.Configuration) -> SSHEngineKind {
+        if let engine = configuration.engine { return engine }
+        return configuration.opensTerminal && !SSHEngineKind.libssh.sendsTerminalModes ? .libssh2 : .libssh
+    }
+
+    /// The engine for a session that opens a terminal, with the reason when it is libssh although
+    /// libssh cannot send the terminal's modes: libssh2 sends them, but where it cannot do RSA
+    /// (before 1.11), a session that will need RSA runs on libssh. RSA is foreseen when the only
+    /// host keys known for the host are RSA keys, or an RSA key is among those `authentication`
+    /// may offer; a server found to have only an RSA key is the caller's to retry on libssh.
+    package static func forTerminal(configuration: SSHSession.Configuration,
+                                    authentication: SSHOrderedAuthentication?) async -> (SSHEngineKind, reason: String?) {
+        var terminal = configuration
+        terminal.opensTerminal = true
+        let kind = choice(for: terminal)
+        guard kind == .libssh2, configuration.engine == nil, SSHEngineKind.libssh2.features.rsaLimitation != nil else {
+            return (kind, nil)
+        }
+        if let known = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms(), !known.isEmpty,
+           known.allSatisfy({ $0.hasPrefix("rsa-sha2-") || $0 == "ssh-rsa" }) {
+            return (.libssh, "the host's known key is an RSA key, which \(SSHEngineKind.libssh2.features.version) cannot verify")
+        }
+        if await authentication?.mayOfferRSAKey() == true {
+            return (.libssh, "an RSA key may be offered, which \(SSHEngineKind.libssh2.features.version) cannot sign with")
+        }
+        return (kind, nil)
+    }
+
+    /// What this engine, as linked, can do.
+    package var features: SSHEngineFeatures {
+        switch self {
+        case .libssh: SSHEngineFeatures.libssh
+        case .libssh2: SSHEngineFeatures.libssh2
+        }
+    }
+
+    /// Whether a terminal request carries the terminal's modes: libssh 0.11 and later, and
+    /// libssh2; libssh 0.10 (Debian 12) always sends an empty list, and the server keeps its
+    /// defaults.
+    package var sendsTerminalModes: Bool {
+        switch self {
+        case .libssh: PTYRequest.withModes != nil
+        case .libssh2: true
+        }
+    }
+}
+
+/// What an SSH engine, as linked, can do.
+package struct SSHEngineFeatures: Sendable, Equatable {
+    /// The engine and its version, e.g. `libssh 0.10.6`.
+    package var version: String
+    /// Whether RSA keys sign and verify with `rsa-sha2-256/512`; without it only with `ssh-rsa`
+    /// (SHA-1), which OpenSSH ≥ 8.8 refuses by default.
+    package var rsaSHA2: Bool
+
+    /// Features of an engine.
+    package init(version: String, rsaSHA2: Bool) {
+        self.version = version
+        self.rsaSHA2 = rsaSHA2
+    }
+
+    /// The engine of most sessions: libssh signs and verifies with rsa-sha2.
+    package static let linked = SSHEngineFeatures.libssh
+
+    /// Why RSA keys fail with this engine, naming the way out (nil when they do not).
+    package var rsaLimitation: String? {
+        guard !rsaSHA2 else { return nil }
+        return "RSA keys need rsa-sha2-256/512 signatures, which \(version) cannot make (it signs and verifies RSA only as "
+            + "ssh-rsa, SHA-1, which OpenSSH ≥ 8.8 refuses); use an ed25519 or ECDSA key, or ssh with ProxyCommand"
+    }
+}
