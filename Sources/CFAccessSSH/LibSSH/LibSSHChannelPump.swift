@@ -700,10 +700,10 @@ extension LibSSHSession {
     /// Runs a started channel (or, with nil, only the session's forwards) until it ends: its
     /// output to `sink`, `input` (read when it is readable, through `escapes` if given) and
     /// posted writes to the channel, resizes and EOF from `control`, keepalives as
-    /// `configuration.keepalive` says, and the forwards registered with ``startForwarding(_:)``.
+    /// `configuration.keepalive` says, and the forwards registered with `addForward(_:)`.
     /// Frees the channel. Runs on the session's thread.
     func pump(channel: ChannelHandle?, input: Int32?, sink: @escaping OutputSink, control: ChannelControl,
-              escapes: SSHEscapes? = nil) -> SSHChannelEnd {
+              escapes: SSHEscapes?) -> SSHChannelEnd {
         let pump = SessionPump(session: self, control: control)
         if let channel {
             pump.main = SessionChannel(raw: channel.raw, exit: channel.exit, input: input, sink: sink, escapes: escapes)
@@ -711,107 +711,11 @@ extension LibSSHSession {
         return pump.run()
     }
 
-    /// Listens for `listener`'s connections whenever a channel of this session runs (a command,
-    /// a shell, or ``runForwards()``), each carried in a `direct-tcpip` channel of its own
-    /// (OpenSSH's `-L`). The session does not close the listener.
-    func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure) {
-        try await onThread { session in session.box.forwards.append(listener) }
-    }
-
-    /// Serves the forwards of ``startForwarding(_:)`` with no command (OpenSSH's `-N`) until
-    /// the connection is lost (``SSHChannelEnd/lost(_:)``) or the task is cancelled
-    /// (``SSHChannelEnd/closed``).
-    func runForwards() async -> SSHChannelEnd {
-        let control: ChannelControl
-        do {
-            control = try ChannelControl()
-        } catch {
-            return .lost(error)
-        }
-        return await withTaskCancellationHandler {
-            do throws(SSHFailure) {
-                return try await onThread { session in
-                    session.pump(channel: nil, input: nil, sink: { _, _ in true }, control: control)
-                }
-            } catch {
-                return .lost(error)
-            }
-        } onCancel: {
-            control.post(.close)
-        }
+    /// Adds `listener` to the forwards the pump serves (on the session's thread).
+    func addForward(_ listener: SSHForwardListener) {
+        box.forwards.append(listener)
     }
 }
-
-/// An interactive channel with a pseudo-terminal (a shell or a command), from
-/// ``LibSSHSession/openShell(terminal:command:environment:)``.
-final class LibSSHInteractiveChannel: InteractiveChannelEngine {
-    private let session: LibSSHSession
-    private let channel: ChannelHandle
-    private let control: ChannelControl
-
-    init(session: LibSSHSession, channel: ChannelHandle, control: ChannelControl) {
-        self.session = session
-        self.channel = channel
-        self.control = control
-    }
-
-    /// Tells the remote the terminal's new size (SIGWINCH). Safe from any thread.
-    func resize(columns: Int, rows: Int) {
-        control.post(.resize(columns: columns, rows: rows))
-    }
-
-    /// Sends `data` as keyboard input. Safe from any thread.
-    func write(_ data: Data) {
-        control.post(.write(data))
-    }
-
-    /// Ends the input (EOF).
-    func endInput() {
-        control.post(.endOfInput)
-    }
-
-    /// Closes the channel; ``run(input:output:escapes:)`` then returns `.closed`.
-    func close() {
-        control.post(.close)
-    }
-
-    /// Runs the channel until it ends: `input` (a descriptor, e.g. a raw-mode terminal, or
-    /// nil for ``write(_:)`` only) goes to the remote, its output to `output`. The escape hatch
-    /// for a terminal; the caller keeps owning both descriptors.
-    ///
-    /// With `escapes`, what is typed on `input` goes through OpenSSH's escape sequences first:
-    /// `~.` ends the channel at once (``SSHChannelEnd/closed``, without waiting for the server,
-    /// so it works on a hung connection), `~?` writes the list to `output`, `~~` sends one `~`.
-    func run(input: FileDescriptor?, output: FileDescriptor, escapes: SSHEscapes? = nil) async -> SSHChannelEnd {
-        let channel = self.channel
-        let control = self.control
-        let (input, output) = (input?.rawValue, output.rawValue)
-        do {
-            return try await session.onThread { session in
-                session.pump(channel: channel, input: input, sink: descriptorSink(output: output, error: output),
-                             control: control, escapes: escapes)
-            }
-        } catch {
-            return .lost(error)
-        }
-    }
-
-    /// Runs the channel until it ends, handing each piece of output to `onOutput` (on the
-    /// session's thread); input comes from ``write(_:)``.
-    func run(onOutput: @escaping @Sendable (Data) -> Void) async -> SSHChannelEnd {
-        let channel = self.channel
-        let control = self.control
-        do {
-            return try await session.onThread { session in
-                session.pump(channel: channel, input: nil, sink: { _, bytes in onOutput(Data(bytes)); return true },
-                             control: control)
-            }
-        } catch {
-            return .lost(error)
-        }
-    }
-}
-
 
 /// Why a server refused to open a channel (RFC 4254 §5.1), as OpenSSH's ssh says it
 /// (`connect failed: Connection refused`).

@@ -16,7 +16,7 @@ private let libsshInitialised: Int32 = ssh_init()
 /// for the server waits in `poll(2)` on the socket, bounded by the configuration's timeout while
 /// connecting and authenticating. libssh reads no configuration file and no known_hosts file of
 /// its own.
-final class LibSSHSession: SSHSessionEngine, @unchecked Sendable {
+final class LibSSHSession: SSHSessionEngine, PumpingSession, @unchecked Sendable {
     typealias Configuration = SSHSession.Configuration
     let fd: Int32
     let raw: OpaquePointer
@@ -560,66 +560,6 @@ final class LibSSHSession: SSHSessionEngine, @unchecked Sendable {
     }
 
     // MARK: Channels
-
-    /// Runs `command` with `input` as its stdin and returns its output and exit status.
-    /// `environment` is asked for first (servers set only the names their `AcceptEnv` allows;
-    /// the others are skipped).
-    func exec(_ command: String, input: Data = Data(), environment: [String: String] = [:]) async throws(SSHFailure)
-        -> SSHExecResult {
-        let collector = OutputCollector()
-        let end = try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
-            let channel = try session.openChannel(command: command, terminal: nil, environment: environment)
-            let control = try ChannelControl()
-            if !input.isEmpty { control.post(.write(input)) }
-            control.post(.endOfInput)
-            return session.pump(channel: channel, input: nil, sink: collector.sink, control: control)
-        }
-        if case .lost(let failure) = end { throw failure }
-        return collector.result(end: end)
-    }
-
-    /// Runs `command`, copying `standardInput` (nil: none) to it and its stdout and stderr to
-    /// the given descriptors as they arrive, until it ends: the escape hatch for piping local
-    /// files, pipes or a terminal straight through (the caller keeps owning the descriptors).
-    /// `environment` is asked for first, as with ``exec(_:input:environment:)``.
-    func exec(_ command: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
-                     standardError: FileDescriptor, environment: [String: String] = [:]) async throws(SSHFailure)
-        -> SSHChannelEnd {
-        try await run(command: command, standardInput: standardInput, standardOutput: standardOutput,
-                      standardError: standardError, environment: environment)
-    }
-
-    /// Starts the login shell without a pseudo-terminal (ssh's `-T` without a command): it reads
-    /// `standardInput` as its commands; otherwise as ``exec(_:standardInput:standardOutput:standardError:environment:)``.
-    func shell(standardInput: FileDescriptor?, standardOutput: FileDescriptor, standardError: FileDescriptor,
-                      environment: [String: String] = [:]) async throws(SSHFailure) -> SSHChannelEnd {
-        try await run(command: nil, standardInput: standardInput, standardOutput: standardOutput,
-                      standardError: standardError, environment: environment)
-    }
-
-    private func run(command: String?, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
-                     standardError: FileDescriptor, environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd {
-        let input = standardInput?.rawValue
-        let (output, error) = (standardOutput.rawValue, standardError.rawValue)
-        return try await onThread { session throws(SSHFailure) -> SSHChannelEnd in
-            let channel = try session.openChannel(command: command, terminal: nil, environment: environment)
-            let control = try ChannelControl()
-            if input == nil { control.post(.endOfInput) }
-            return session.pump(channel: channel, input: input, sink: descriptorSink(output: output, error: error), control: control)
-        }
-    }
-
-    /// Opens an interactive channel with a pseudo-terminal (its type, size and modes from
-    /// `terminal`): the login shell, or `command` (e.g. `tmux new-session -A -s main`), with
-    /// `environment` asked for first. Run it with ``LibSSHInteractiveChannel/run(input:output:escapes:)``.
-    func openShell(terminal: SSHTerminal, command: String? = nil, environment: [String: String] = [:]) async throws(SSHFailure)
-        -> any InteractiveChannelEngine {
-        let control = try ChannelControl()
-        let channel = try await onThread { session throws(SSHFailure) -> ChannelHandle in
-            try session.openChannel(command: command, terminal: terminal, environment: environment)
-        }
-        return LibSSHInteractiveChannel(session: self, channel: channel, control: control)
-    }
 
     /// Opens a session channel and starts `command` (exec) or a shell, with a PTY if `terminal`,
     /// after asking for `environment` (a variable the server refuses is skipped, as ssh skips it).
