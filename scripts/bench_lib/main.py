@@ -89,7 +89,8 @@ Only 127.0.0.1 is ever used.""")
                    help="comma-separated subset of integrity,bulk,latency,setup,concurrency,ssh")
     p.add_argument("--ssh-mib", type=int, help="ssh section transfer size in MiB (default 1024; quick 64)")
     p.add_argument("--ssh-modes", default=",".join(sshbench.MODES),
-                   help="comma-separated subset of %s for the ssh section" % ",".join(sshbench.MODES))
+                   help="comma-separated subset of %s for the ssh section (default: the first three; "
+                        "the -tt ones measure downloads only)" % ",".join(sshbench.ALL_MODES))
     p.add_argument("--modes", default="ours,other,socat,direct",
                    help="comma-separated subset of ours,other,socat,direct (other only with --client-cmd)")
     p.add_argument("--client-cmd", metavar="TEMPLATE", help="another tunnel client to run alongside ours")
@@ -136,7 +137,7 @@ Only 127.0.0.1 is ever used.""")
             p.error("unknown section %r" % s)
     args.ssh_modes = [m.strip() for m in args.ssh_modes.split(",") if m.strip()]
     for m in args.ssh_modes:
-        if m not in sshbench.MODES:
+        if m not in sshbench.ALL_MODES:
             p.error("unknown ssh mode %r" % m)
     if "ssh" in args.sections and not args.ssh_modes:
         p.error("--ssh-modes is empty")

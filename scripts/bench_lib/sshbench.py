@@ -31,7 +31,18 @@ MIB = 1 << 20
 GIB = 1 << 30
 CHUNK = MIB
 MODES = ("shell", "ssh-proxy", "ssh")
-MODE_LABELS = {"shell": "cf-access-tcp shell", "ssh-proxy": "ssh + ProxyCommand", "ssh": "plain ssh (no tunnel)"}
+# By hand (--ssh-modes): the same download with a pseudo-terminal (-tt), where `shell` runs on
+# libssh2 while libssh is older than 0.11. Download only: a terminal's line discipline is no
+# channel for bulk input.
+TERMINAL_MODES = ("shell-tty", "ssh-proxy-tty")
+ALL_MODES = MODES + TERMINAL_MODES
+MODE_LABELS = {"shell": "cf-access-tcp shell", "ssh-proxy": "ssh + ProxyCommand", "ssh": "plain ssh (no tunnel)",
+               "shell-tty": "cf-access-tcp shell -tt", "ssh-proxy-tty": "ssh -tt + ProxyCommand"}
+
+
+def directions(mode):
+    """The directions measured for `mode`."""
+    return ("download",) if mode in TERMINAL_MODES else ("download", "upload")
 
 # Runs argv as a child subreaper: every descendant (ssh's ProxyCommand too) is waited for, and
 # the summed CPU of all of them is written as JSON to the report file.
@@ -129,17 +140,17 @@ class SSHWorld:
 
     def argv(self, mode, command):
         tool = self.bench.client_bin
-        if mode == "shell":
+        if mode in ("shell", "shell-tty"):
             return [tool, "shell", "%s@%s" % (self.user, self.hostname), "--connect-to", self.edge.addr,
-                    "--ca-file", self.bench.ca, "-i", self.client_key, "--known-hosts", self.known_hosts,
-                    "--", command]
-        options = ["-F", "/dev/null", "-T", "-l", self.user, "-i", self.client_key,
+                    "--ca-file", self.bench.ca, "-i", self.client_key, "--known-hosts", self.known_hosts]\
+                + (["-tt"] if mode == "shell-tty" else []) + ["--", command]
+        options = ["-F", "/dev/null", "-tt" if mode == "ssh-proxy-tty" else "-T", "-l", self.user, "-i", self.client_key,
                    "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-o", "BatchMode=yes",
                    "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % self.known_hosts,
                    "-o", "GlobalKnownHostsFile=/dev/null", "-o", "HostKeyAlias=%s" % self.hostname,
                    "-o", "CheckHostIP=no", "-o", "UpdateHostKeys=no", "-o", "ControlMaster=no",
                    "-o", "ControlPath=none", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=30"]
-        if mode == "ssh-proxy":
+        if mode in ("ssh-proxy", "ssh-proxy-tty"):
             proxy = "%s --hostname %%h --connect-to %s --ca-file %s" % (tool, self.edge.addr, self.bench.ca)
             return [self.ssh] + options + ["-o", "ProxyCommand=%s" % proxy, self.hostname, command]
         return [self.ssh] + options + ["-p", str(self.port), LOOPBACK, command]
@@ -282,6 +293,8 @@ def run(bench, results, hostname, token_id, token_secret, log, fail):
         k = rep % len(modes)
         for direction in ("download", "upload"):
             for mode in modes[k:] + modes[:k]:
+                if direction not in directions(mode):
+                    continue
                 out = world.transfer(mode, direction, nbytes, timeout)
                 results.setdefault("ssh", {}).setdefault(mode, {}).setdefault(direction, []).append(out)
                 if out["ok"]:
@@ -337,6 +350,6 @@ def missing_numbers(summary, args):
     out = []
     for mode in args.ssh_modes:
         for direction, field, label, _ in ROWS:
-            if summary[mode].get("%s_%s" % (direction, field)) is None:
+            if direction in directions(mode) and summary[mode].get("%s_%s" % (direction, field)) is None:
                 out.append("ssh %s: %s %s" % (MODE_LABELS[mode], direction, field))
     return out
