@@ -113,14 +113,15 @@ struct ShellForwardingTests {
         withExtendedLifetime(again) {}
     }
 
-    @Test("-L with a command: a forwarded connection works while the command runs, and the tool waits for it to close before it exits with the command's status")
-    func forwardWithCommand() throws {
+    @Test("-L with a command: a forwarded connection works while the command runs, and the tool waits for it to close before it exits with the command's status", arguments: ShellEngine.allCases)
+    func forwardWithCommand(engine: ShellEngine) throws {
         let world = try ShellWorld()
         try world.trustHostKey()
         let echo = try TargetFixture(.echo)
         let port = try freeLoopbackPort()
         let tool = try world.startTool(
-            world.arguments(user: world.sshd.keyUser, extra: ["-i", world.sshd.clientKeyPath.path, "-L", "\(port):127.0.0.1:\(echo.port)"],
+            world.arguments(user: world.sshd.keyUser,
+                            extra: engine.flags + ["-i", world.sshd.clientKeyPath.path, "-L", "\(port):127.0.0.1:\(echo.port)"],
                             command: ["echo started; sleep 3; echo finished; exit 6"]))
         defer { tool.terminate() }
         _ = try tool.waitForLine(matching: "started", timeout: 60)
