@@ -37,6 +37,13 @@ package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
         return (kind, nil)
     }
 
+    /// Whether `failure`, from a session on this engine, is the engine's RSA limitation (an
+    /// RSA-only server, or an RSA key refused): libssh would get past it.
+    package func failedForRSA(_ failure: SSHFailure) -> Bool {
+        guard let limitation = features.rsaLimitation else { return false }
+        return failure.message.contains(limitation)
+    }
+
     /// What this engine, as linked, can do.
     package var features: SSHEngineFeatures {
         switch self {

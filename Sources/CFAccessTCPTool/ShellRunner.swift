@@ -144,8 +144,8 @@ final class ShellRunner {
 
     /// Opens the tunnel and the SSH session: handshake with the host-key check, then
     /// authentication, both by the library's policy.
-    func connect(first: Bool) async throws(Stop) -> (AccessTunnel, SSHSession) {
-        if first { progress("Connecting to \(target.host)…") }
+    func connect(first: Bool, again: Bool = false) async throws(Stop) -> (AccessTunnel, SSHSession) {
+        if first && !again { progress("Connecting to \(target.host)…") }
         let tunnel = AccessTunnel(options: settings.options, logger: logger,
                                   transport: LiveTunnelTransport(logger: logger))
         let stream: TunnelStream
@@ -174,12 +174,11 @@ final class ShellRunner {
             }
         } catch {
             await tunnel.disconnect()
-            if terminalEngine == .libssh2, let limitation = SSHEngineKind.libssh2.features.rsaLimitation,
-               error.message.contains(limitation) {
+            if terminalEngine == .libssh2, SSHEngineKind.libssh2.failedForRSA(error) {
                 // The server turned out to need RSA, which needs libssh: no terminal modes, then.
                 logger.debug("the terminal session runs on libssh: \(error.message)")
                 terminalEngine = .libssh
-                return try await connect(first: first)
+                return try await connect(first: first, again: true)
             }
             throw Stop(message: line(for: error), status: ExitStatus(error))
         }

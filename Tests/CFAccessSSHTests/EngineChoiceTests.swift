@@ -85,6 +85,10 @@ struct EngineChoiceTests {
         } else {
             #expect(libssh2.rsaLimitation?.contains("which \(libssh2.version) cannot make") == true)
             #expect(libssh2.rsaLimitation?.hasSuffix("use an ed25519 or ECDSA key, or ssh with ProxyCommand") == true)
+            let rsaOnly = SSHFailure(.protocolError, "The SSH server has only an RSA host key (it offers rsa-sha2-512): " + libssh2.rsaLimitation!)
+            #expect(SSHEngineKind.libssh2.failedForRSA(rsaOnly))
+            #expect(!SSHEngineKind.libssh.failedForRSA(rsaOnly), "libssh has no RSA limitation to fail for")
         }
+        #expect(!SSHEngineKind.libssh2.failedForRSA(SSHFailure(.authenticationFailed, "Authentication failed")))
     }
 }

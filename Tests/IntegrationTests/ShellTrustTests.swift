@@ -288,6 +288,7 @@ struct ShellTrustTests {
         let said = try String(contentsOf: log, encoding: .utf8)
         #expect(said.contains("the terminal session runs on libssh: The SSH server has only an RSA host key") == libssh2Terminal, "\(said)")
         #expect(added.stderr.contains("Permanently added '\(testHost)' (RSA)"), "\(added.stderr)")
+        #expect(added.stderr.components(separatedBy: "Connecting to \(testHost)…").count == 2, "one progress line: \(added.stderr)")
         #expect(!added.stderr.contains("RSA keys need"), "\(added.stderr)")
     }
 
