@@ -2,7 +2,7 @@ import AccessTransport
 import Dispatch
 import FoundationEssentials
 
-/// The one thread an SSH session lives on. libssh is not thread-safe per session, so every
+/// The one thread an SSH session lives on. Neither engine is thread-safe per session, so every
 /// call on a session runs here, one after another, in the order submitted.
 final class SessionThread: @unchecked Sendable {
     private let condition = PThreadCondition()
@@ -23,6 +23,24 @@ final class SessionThread: @unchecked Sendable {
         jobs.append(job)
         condition.signal()
         return true
+    }
+
+    /// Runs `body` on the thread after the jobs already submitted and returns its result; once
+    /// the thread is stopped, the session is closed (`.connectionLost`).
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws(SSHFailure) -> T) async throws(SSHFailure) -> T {
+        let result: Result<T, SSHFailure> = await withCheckedContinuation { continuation in
+            let accepted = submit {
+                do throws(SSHFailure) {
+                    continuation.resume(returning: .success(try body()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            if !accepted {
+                continuation.resume(returning: .failure(SSHFailure(.connectionLost, "the SSH session is closed")))
+            }
+        }
+        return try result.get()
     }
 
     /// Ends the thread once the jobs already submitted have run.

@@ -95,19 +95,7 @@ final class LibSSH2Session: SSHSessionEngine, PumpingSession, @unchecked Sendabl
 
     /// Runs `body` on the session's thread and returns its result.
     func onThread<T: Sendable>(_ body: @escaping @Sendable (LibSSH2Session) throws(SSHFailure) -> T) async throws(SSHFailure) -> T {
-        let result: Result<T, SSHFailure> = await withCheckedContinuation { continuation in
-            let accepted = thread.submit { [self] in
-                do throws(SSHFailure) {
-                    continuation.resume(returning: .success(try body(self)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
-            if !accepted {
-                continuation.resume(returning: .failure(SSHFailure(.connectionLost, "the SSH session is closed")))
-            }
-        }
-        return try result.get()
+        try await thread.run { [self] () throws(SSHFailure) -> T in try body(self) }
     }
 
     /// A deadline `configuration.timeout` from now, for one request. The time a person then
