@@ -17,8 +17,9 @@ package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
     /// The engine for a session that opens a terminal, with the reason when it is libssh although
     /// libssh cannot send the terminal's modes: libssh2 sends them, but where it cannot do RSA
     /// (before 1.11), a session that will need RSA runs on libssh. RSA is foreseen when the only
-    /// host keys known for the host are RSA keys, or an RSA key is among those `authentication`
-    /// may offer; a server found to have only an RSA key is the caller's to retry on libssh.
+    /// host keys known for the host are RSA keys, or the first key `authentication` offers is an
+    /// RSA key. A server found to have only an RSA host key, or an RSA key refused later in the
+    /// order, is the caller's to retry on libssh (``failedForRSA(_:)``).
     package static func forTerminal(configuration: SSHSession.Configuration,
                                     authentication: SSHOrderedAuthentication?) async -> (SSHEngineKind, reason: String?) {
         var terminal = configuration
@@ -31,8 +32,8 @@ package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
            known.allSatisfy({ $0.hasPrefix("rsa-sha2-") || $0 == "ssh-rsa" }) {
             return (.libssh, "the host's known key is an RSA key, which \(SSHEngineKind.libssh2.features.version) cannot verify")
         }
-        if await authentication?.mayOfferRSAKey() == true {
-            return (.libssh, "an RSA key may be offered, which \(SSHEngineKind.libssh2.features.version) cannot sign with")
+        if await authentication?.firstKeyIsRSA() == true {
+            return (.libssh, "the first key to offer is an RSA key, which \(SSHEngineKind.libssh2.features.version) cannot sign with")
         }
         return (kind, nil)
     }

@@ -24,7 +24,7 @@ struct ShellCommand: AsyncParsableCommand {
         On an interactive session, after a newline: ~. disconnects, ~? lists the escapes, ~~ sends ~. \
         The local terminal's modes (interrupt, erase, …) go with the pseudo-terminal request: with a \
         libssh older than 0.11 such a session runs on libssh2, which can send them, unless RSA is \
-        needed (a known RSA host key, an RSA key to offer, an RSA-only server: libssh2 1.10 cannot), \
+        needed (a known RSA host key or an RSA-only server, an RSA key that logs in: libssh2 1.10 cannot), \
         then on libssh without them; --loglevel debug says which.
 
         ~/.ssh/config (or -F FILE) and /etc/ssh/ssh_config are read as ssh reads them: Host blocks \

@@ -168,6 +168,8 @@ final class ShellRunner {
         do {
             ssh = try SSHSession(stream: stream, configuration: configuration)
             try await ssh.handshake()
+            // On libssh2 a refused RSA key ends the login at once: libssh, below, signs with it.
+            authentication.endAtRSALimitation(terminalEngine == .libssh2)
             try await ssh.authenticate(user: target.user, delegate: authentication)
             for listener in listeners {
                 try await ssh.startForwarding(listener)

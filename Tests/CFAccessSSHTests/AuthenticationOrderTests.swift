@@ -219,6 +219,38 @@ struct AuthenticationOrderTests {
         #expect(newer.next(.refused(refused)).notices.isEmpty)
     }
 
+    @Test("ending at the RSA limitation (a terminal session on libssh2 that will connect again on libssh): a non-RSA key refused moves on; the first RSA key refused ends the login at once, without the notice, naming the key and the limitation")
+    func endsAtRSALimitation() {
+        let rsa = Self.blob(3, type: "ssh-rsa"), ed25519 = Self.blob(4)
+        var machine = order(keys: [.init(path: "/k/id_rsa", encrypted: false, publicKey: rsa)], features: old)
+        machine.endAtRSALimitation(true)
+        #expect(machine.firstPublicKey(agentKeys: [ed25519]) == rsa, "the -i key comes before the agent's others")
+        #expect(machine.next(.start(all, agentKeys: [ed25519])).action == .offer(.privateKey(path: "/k/id_rsa", passphrase: nil)))
+        let limitation = old.rsaLimitation!
+        #expect(machine.next(.refused(refused))
+                == .init(notices: [], action: .fail(SSHFailure(.authenticationFailed,
+                                                               "Authentication failed: me@ssh.example.com refused the RSA key /k/id_rsa: \(limitation)"))))
+
+        var agentFirst = order(features: old)
+        agentFirst.endAtRSALimitation(true)
+        #expect(agentFirst.firstPublicKey(agentKeys: [ed25519, rsa]) == ed25519)
+        #expect(agentFirst.next(.start(all, agentKeys: [ed25519, rsa])).action
+                == .offer(.agentKey(socketPath: "/run/agent.sock", publicKey: ed25519)))
+        #expect(agentFirst.next(.refused(refused)).action == .offer(.agentKey(socketPath: "/run/agent.sock", publicKey: rsa)),
+                "an ed25519 key refused is an ordinary refusal")
+        guard case .fail(let failure) = agentFirst.next(.refused(refused)).action else {
+            Issue.record("the RSA key's refusal did not end the login")
+            return
+        }
+        #expect(failure.message.hasSuffix("refused the RSA key the agent's key: \(limitation)"))
+
+        var notEnding = order(keys: [.init(path: "/k/id_rsa", encrypted: false, publicKey: rsa)], features: old)
+        _ = notEnding.next(.start(all, agentKeys: []))
+        #expect(notEnding.next(.refused(refused)).notices == [.rsaKeyRefused(key: "/k/id_rsa", reason: limitation)],
+                "without it the order goes on as before")
+        #expect(order(agent: nil).firstPublicKey(agentKeys: []) == nil)
+    }
+
     @Test("keyboard-interactive: a single echo-off Password round is answered with the saved password; refused, it is said and the person is asked; a typed one is handed back for saving")
     func savedPasswordForKeyboardInteractive() {
         var machine = order(agent: nil)

@@ -53,6 +53,10 @@ package struct AuthenticationOrder: Sendable {
         package var passwordAttempts: Int
         /// What the linked SSH engine can do (RSA signatures).
         package var features: SSHEngineFeatures
+        /// Whether an RSA key refused under the engine's RSA limitation ends the authentication at
+        /// once with that limitation (no notice), because the caller will connect again with an
+        /// engine that signs RSA (`cf-access-tcp shell`'s terminal sessions on libssh2).
+        package var endsAtRSALimitation = false
 
         /// Everything to try with; three tries of each kind by default.
         package init(account: SSHAccount, agentSocketPath: String? = nil, keys: [KeyFile] = [], identitiesOnly: Bool = false,
@@ -177,6 +181,21 @@ package struct AuthenticationOrder: Sendable {
     /// says before it asks for offers.
     package mutating func use(features: SSHEngineFeatures) {
         setup.features = features
+    }
+
+    /// Sets ``Setup/endsAtRSALimitation`` for the next authentication.
+    package mutating func endAtRSALimitation(_ ends: Bool) {
+        setup.endsAtRSALimitation = ends
+    }
+
+    /// The public key of the first key this order offers a server that accepts public keys, with
+    /// the agent holding `agentKeys` (nil: no key, or one whose public half is unknown).
+    package func firstPublicKey(agentKeys: [[UInt8]]) -> [UInt8]? {
+        switch planPublicKeys(agentKeys: agentKeys).first {
+        case .agent(let key): key
+        case .file(let index): setup.keys[index].publicKey
+        case nil: nil
+        }
     }
 
     /// An order for `setup`, with nothing remembered.
@@ -388,6 +407,7 @@ package struct AuthenticationOrder: Sendable {
                 // An agent that is gone or failed, or a key the server refused: on to the next.
                 guard [.authenticationFailed, .configuration, .localIO].contains(failure.kind) else { return .fail(failure) }
                 if failure.kind == .authenticationFailed { noteRefusedKey(key, name: "the agent's key", &notices) }
+                if let end = endForRSA(key: "the agent's key") { return end }
                 return advance(from: .publicKey(position: position + 1, triesLeft: 0), &notices)
             case .file(let index):
                 let key = setup.keys[index]
@@ -398,6 +418,7 @@ package struct AuthenticationOrder: Sendable {
                     return advance(from: .publicKey(position: position + 1, triesLeft: 0), &notices)
                 case .authenticationFailed:
                     if let blob = key.publicKey { noteRefusedKey(blob, name: key.path, &notices) }
+                    if let end = endForRSA(key: key.path) { return end }
                     return advance(from: .publicKey(position: position + 1, triesLeft: 0), &notices)
                 default:
                     return .fail(failure)
@@ -435,8 +456,16 @@ package struct AuthenticationOrder: Sendable {
     /// for the final failure (issue 16 point 9).
     private mutating func noteRefusedKey(_ blob: [UInt8], name: String, _ notices: inout [SSHAuthenticationNotice]) {
         guard SSHPublicKeyBlob.algorithm(blob) == "ssh-rsa", let limitation = setup.features.rsaLimitation else { return }
-        if !rsaRefused { notices.append(.rsaKeyRefused(key: name, reason: limitation)) }
+        if !rsaRefused && !setup.endsAtRSALimitation { notices.append(.rsaKeyRefused(key: name, reason: limitation)) }
         rsaRefused = true
+    }
+
+    /// With ``Setup/endsAtRSALimitation``, the failure that ends the authentication once an RSA
+    /// key was refused under the engine's limitation.
+    private func endForRSA(key name: String) -> Action? {
+        guard rsaRefused, setup.endsAtRSALimitation, let limitation = setup.features.rsaLimitation else { return nil }
+        let who = "\(setup.account.user)@\(setup.account.host)"
+        return .fail(SSHFailure(.authenticationFailed, "Authentication failed: \(who) refused the RSA key \(name): \(limitation)"))
     }
 
     /// Nothing left to try.

@@ -128,14 +128,19 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         state.withLock { $0.order.use(features: features) }
     }
 
-    /// Whether an RSA key is among the keys this authentication may offer: an identity file's,
-    /// or the agent's unless `IdentitiesOnly`. An engine without rsa-sha2 would see it refused.
-    package func mayOfferRSAKey() async -> Bool {
-        let setup = state.withLock { $0.order.setup }
-        let isRSA: ([UInt8]) -> Bool = { SSHPublicKeyBlob.algorithm($0) == "ssh-rsa" }
-        if setup.keys.contains(where: { $0.publicKey.map(isRSA) ?? false }) { return true }
-        guard !setup.identitiesOnly, let socket = setup.agentSocketPath else { return false }
-        return await listAgent(socket).contains(where: isRSA)
+    /// Whether the first key this authentication offers (a server that takes public keys) is an
+    /// RSA key: an engine without rsa-sha2 would see it refused.
+    package func firstKeyIsRSA() async -> Bool {
+        let order = state.withLock { $0.order }
+        var agentKeys: [[UInt8]] = []
+        if let socket = order.setup.agentSocketPath { agentKeys = await listAgent(socket) }
+        return order.firstPublicKey(agentKeys: agentKeys).map { SSHPublicKeyBlob.algorithm($0) == "ssh-rsa" } ?? false
+    }
+
+    /// Whether an RSA key refused under the engine's RSA limitation ends the next
+    /// authentication at once (the caller connects again with libssh).
+    package func endAtRSALimitation(_ ends: Bool) {
+        state.withLock { $0.order.endAtRSALimitation(ends) }
     }
 
     /// The next offer in OpenSSH's order, asking the prompts and the password store on the way.
