@@ -215,6 +215,7 @@ extension Bridge {
         let r = SSL_connect(session)
         if r == 1 {
             logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
+            if SSL_version(session) < TLS1_3_VERSION { watchRenegotiation(session) }
             dialSent = 0
             headReader = ResponseHeadReader()
             dialStage = .upgrade

@@ -32,6 +32,15 @@ final class Bridge {
     var edgeEvents: UInt32 = 0
     /// The edge's socket is in the loop's epoll set.
     var edgeWatched = false
+    /// What OpenSSL waits for, per direction (issue 28.1): `SSL_read` said WANT_WRITE (a TLS 1.3
+    /// KeyUpdate answer or an alert must go out first), so reading waits for the socket to take
+    /// bytes; `SSL_write` said WANT_READ (the edge's records must come first), so writing waits
+    /// for bytes from the edge. Waiting for the direction of the call instead spins.
+    private var readWantsWrite = false
+    private var writeWantsRead = false
+    /// Reading the TLS stream failed in the read whose bytes are being handled: nothing more is
+    /// written to it (a pong for a ping in those bytes would only fail, and name the wrong side).
+    private var edgeReadFailed = false
     /// The dial failed and was reported.
     private var failed = false
     /// The deadline the loop's timer holds for this bridge, and the generation of that request.
@@ -189,8 +198,20 @@ final class Bridge {
                 return
             }
             guard session != nil, machine.edgeIsOpen else { return }
-            if events & EPOLLOUT.rawValue != 0 { flushEdge() }
-            if events & EPOLLIN.rawValue != 0 || hungUp {
+            let readable = events & EPOLLIN.rawValue != 0
+            let writable = events & EPOLLOUT.rawValue != 0
+            // A call waiting for the other direction goes on first, with the same bytes.
+            if writable, readWantsWrite {
+                readWantsWrite = false
+                readEdge()
+            }
+            if readable, writeWantsRead {
+                writeWantsRead = false
+                flushEdge()
+            }
+            guard session != nil, machine.edgeIsOpen else { break }
+            if writable, !writeWantsRead { flushEdge() }
+            if readable && !readWantsWrite || hungUp {
                 if hungUp && machine.edgeReadPaused { apply(.edgeHungUp) } else { readEdge() }
             }
         }
@@ -228,7 +249,7 @@ final class Bridge {
     /// queueing what the TLS stream does not take now. Returns false if the stream failed.
     @discardableResult
     private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) -> Bool {
-        guard let session, machine.edgeIsOpen else { return false }
+        guard let session, machine.edgeIsOpen, !edgeReadFailed else { return false }
         let key = loop.random.word()
         let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
         let bytes = UnsafeRawBufferPointer(start: frame, count: payload + count - frame)
@@ -266,18 +287,41 @@ final class Bridge {
         ERR_clear_error()
         let r = SSL_write(ssl, p, Int32(min(count, 1 << 30)))
         if r > 0 { return .wrote(Int(r)) }
-        let error = SSL_get_error(ssl, r)
         let code = errno
-        ERR_clear_error()
+        let error = SSL_get_error(ssl, r)
         switch error {
-        case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ:
+        case SSL_ERROR_WANT_WRITE:
+            return .full
+        case SSL_ERROR_WANT_READ:
+            writeWantsRead = true
             return .full
         default:
-            logger.debug("connection \(id): writing to the WebSocket failed")
+            let detail = Self.streamFailure(error, errno: code)
+            logger.debug("connection \(id): writing to the WebSocket failed (\(detail))")
             if error == SSL_ERROR_SYSCALL && (code == ECONNRESET || code == EPIPE) {
-                return .failed(.reset(detail: SystemError(code).description))
+                return .failed(.reset(detail: detail))
             }
-            return .failed(.writeFailed(detail: error == SSL_ERROR_SYSCALL ? SystemError(code).description : "TLS error \(error)"))
+            return .failed(.writeFailed(detail: detail))
+        }
+    }
+
+    /// Why a TLS stream failed, in words, from `SSL_get_error` and the errno saved right after the
+    /// call; clears OpenSSL's error queue. Never an errno of 0: OpenSSL reports a stream cut
+    /// without close_notify with none (issue 28.3).
+    static func streamFailure(_ error: Int32, errno code: Int32) -> String {
+        let queued = ERR_peek_last_error()
+        ERR_clear_error()
+        switch error {
+        case SSL_ERROR_ZERO_RETURN:
+            return "TLS closed without a WebSocket Close"
+        case SSL_ERROR_SYSCALL where code != 0:
+            return SystemError(code).description
+        case SSL_ERROR_SSL where queued != 0 && ERR_GET_REASON(queued) == SSL_R_UNEXPECTED_EOF_WHILE_READING,
+             SSL_ERROR_SYSCALL:
+            return "the connection ended without a WebSocket Close"
+        default:
+            if queued != 0, let text = ERR_reason_error_string(queued) { return "TLS error: \(String(cString: text))" }
+            return "TLS error"
         }
     }
 
@@ -322,16 +366,23 @@ final class Bridge {
                 if r > 0 { filled += Int(r); continue }
                 let code = errno
                 let error = SSL_get_error(ssl, r)
-                ERR_clear_error()
                 switch error {
-                case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE: drained = true
-                case SSL_ERROR_ZERO_RETURN: ended = "TLS closed without a WebSocket Close"
-                case SSL_ERROR_SYSCALL:
-                    ended = code == 0 ? "the connection ended without a WebSocket Close" : SystemError(code).description
-                default: ended = "TLS error"
+                case SSL_ERROR_WANT_READ:
+                    ERR_clear_error()
+                    drained = true
+                case SSL_ERROR_WANT_WRITE:
+                    // Reading goes on once the socket takes what OpenSSL must send first.
+                    ERR_clear_error()
+                    readWantsWrite = true
+                    drained = true
+                default:
+                    ended = Self.streamFailure(error, errno: code)
                 }
                 break
             }
+            // Bytes read before a failure still count and reach the local side; but the stream is
+            // broken, so no answer to them is written (a pong would fail as a write).
+            if ended != nil { edgeReadFailed = true }
             if filled > 0 {
                 apply(.heardFromEdge)
                 onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled))
@@ -419,6 +470,30 @@ final class Bridge {
         apply(.toLocalFlushed(count: toLocal.count))
     }
 
+    // MARK: Renegotiation
+
+    /// Watches a TLS 1.2 stream for the edge's HelloRequest, to say once that its request to
+    /// renegotiate was refused (`SSL_OP_NO_RENEGOTIATION` on the carrier's context does the
+    /// refusing). TLS 1.3 has no renegotiation, so its streams carry no callback.
+    func watchRenegotiation(_ ssl: OpaquePointer) {
+        SSL_set_msg_callback(ssl, Self.handshakeMessage)
+        _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, opaque)
+    }
+
+    private var renegotiationRefused = false
+
+    /// OpenSSL's message callback: a HelloRequest read from the edge. The bridge outlives its
+    /// `SSL` (it frees it), so the unretained pointer stays valid while the callback can run.
+    private static let handshakeMessage: @convention(c) (Int32, Int32, Int32, UnsafeRawPointer?, Int, OpaquePointer?,
+                                                         UnsafeMutableRawPointer?) -> Void = { written, _, type, bytes, count, _, bridge in
+        guard written == 0, type == SSL3_RT_HANDSHAKE, count >= 1, let bytes, let bridge,
+              bytes.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
+        let owner = Unmanaged<Bridge>.fromOpaque(bridge).takeUnretainedValue()
+        guard !owner.renegotiationRefused else { return }
+        owner.renegotiationRefused = true
+        owner.logger.warning("connection \(owner.id): the edge asked to renegotiate TLS, which an Access edge never does; refused (no_renegotiation), the tunnel goes on")
+    }
+
     // MARK: Interest
 
     private func updateInterest() {
@@ -432,9 +507,14 @@ final class Bridge {
             }
         }
         if session != nil, machine.edgeIsOpen, edgeFD >= 0 {
+            // Each direction waits for what OpenSSL needs to go on, not for its own readiness.
             var want: UInt32 = 0
-            if machine.readsEdge { want |= EPOLLIN.rawValue }
-            if !toOrigin.isEmpty { want |= EPOLLOUT.rawValue }
+            if machine.readsEdge {
+                want |= readWantsWrite ? EPOLLOUT.rawValue : EPOLLIN.rawValue
+            }
+            if !toOrigin.isEmpty {
+                want |= writeWantsRead ? EPOLLIN.rawValue : EPOLLOUT.rawValue
+            }
             watchEdge(want)
         }
     }
@@ -503,6 +583,10 @@ final class Bridge {
         guard localFD >= 0 else { return }
         if localWatched { loop.unwatch(fd: localFD) }
         localWatched = false
+        // A tunnel that did not end cleanly ends the local connection abortively (RST): its
+        // application sees ECONNRESET after the bytes that arrived, never a FIN that passes a
+        // reply cut short for a complete one (issue 28.2). A clean end keeps the FIN.
+        if machine.end?.isClean != true { FileDescriptors.resetOnClose(localFD) }
         Glibc.close(localFD)
         localFD = -1
         toLocal.reset()

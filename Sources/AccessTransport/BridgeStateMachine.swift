@@ -210,8 +210,10 @@ struct BridgeStateMachine: Equatable {
                 localEnded(now, &actions)
             } else if local == .open {
                 // A WebSocket has no half-close: the Close waits, and the edge's reply still
-                // reaches the local side until the edge closes or the linger passes.
-                noteEnd(.closedByLocal(code: 1000))
+                // reaches the local side until the edge closes or the linger passes. How the
+                // tunnel ends is not known yet: a reply cut short (reset, TLS error, violation,
+                // a Close with an error code) ends it as it would with the local side open, and
+                // only a clean Close or the linger's end makes it a local close (issue 28.2).
                 local = .inputEnded
                 lingerDeadline = now + settings.lingerNanoseconds
                 actions.append(.armTimer)

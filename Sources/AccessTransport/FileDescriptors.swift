@@ -34,6 +34,14 @@ package enum FileDescriptors {
         return (pair[0], pair[1])
     }
 
+    /// Makes the coming `close` of the socket `fd` abortive: its TCP peer gets a reset (RST) and
+    /// sees ECONNRESET after the bytes already delivered, not an EOF (`SO_LINGER` with a time of 0).
+    /// Changes nothing on a Unix socket.
+    package static func resetOnClose(_ fd: Int32) {
+        var abortive = linger(l_onoff: 1, l_linger: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, socklen_t(MemoryLayout<linger>.size))
+    }
+
     /// Closes `fd` (a socket handed to us, or one we made).
     package static func close(_ fd: Int32) {
         _ = Glibc.close(fd)

@@ -128,6 +128,37 @@ struct BridgeStateMachineTests {
         #expect(!machine.acceptsEdgeData)
     }
 
+    @Test("local EOF, then the edge's reply cut short: the tunnel ends as it would with the local side open (issue 28.2)",
+          arguments: [
+              (BridgeStateMachine.Event.edgeReadEnded("the connection ended without a WebSocket Close"),
+               TunnelEnd.reset(detail: "the connection ended without a WebSocket Close")),
+              (.edgeReadEnded("Connection reset by peer"), .reset(detail: "Connection reset by peer")),
+              (.close([0x03, 0xF3]), .closedByEdge(code: 1011)),
+              (.violation("a masked frame"), .protocolViolation(detail: "a masked frame")),
+              (.edgeWriteFailed(.writeFailed(detail: "Broken pipe")), .writeFailed(detail: "Broken pipe")),
+          ])
+    func halfCloseThenFailure(event: BridgeStateMachine.Event, expected: TunnelEnd) {
+        var machine = open()
+        _ = machine.handle(.localEOF(peerGone: false), now: Self.second)
+        #expect(machine.end == nil, "a half-close is not an end yet")
+        _ = machine.handle(event, now: 2 * Self.second)
+        #expect(machine.end == expected)
+        #expect(machine.end?.isClean == false)
+    }
+
+    @Test("local EOF, then the edge's clean Close or the linger's end: a clean end")
+    func halfCloseThenCleanEnd() {
+        var byEdge = open()
+        _ = byEdge.handle(.localEOF(peerGone: false), now: Self.second)
+        _ = byEdge.handle(.close([0x03, 0xE8]), now: 2 * Self.second)
+        #expect(byEdge.end == .closedByEdge(code: 1000))
+        #expect(byEdge.end?.isClean == true)
+        var lingered = open()
+        _ = lingered.handle(.localEOF(peerGone: false), now: Self.second)
+        _ = lingered.handle(.timer, now: 6 * Self.second)
+        #expect(lingered.end == .closedByLocal(code: 1000))
+    }
+
     @Test("local EOF without a linger, or a local side that hung up, closes at once")
     func noLinger() {
         var settings = Self.settings

@@ -94,6 +94,26 @@ final class ClientSocket: @unchecked Sendable {
         return total
     }
 
+    /// Reads until the stream ends (bounded by `timeout` seconds): the bytes, and how it ended —
+    /// 0 for a clean EOF (FIN), else the errno of the failed read (ECONNRESET for a reset,
+    /// EAGAIN when the time ran out).
+    func readToEnd(timeout: Int) -> (bytes: [UInt8], end: Int32) {
+        var tv = timeval(tv_sec: timeout, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n > 0 {
+                bytes += buffer[0..<n]
+                continue
+            }
+            if n == 0 { return (bytes, 0) }
+            if errno == EINTR { continue }
+            return (bytes, errno)
+        }
+    }
+
     /// Waits (bounded) for the peer to close; true on EOF.
     func waitForEOF(timeout: Int) -> Bool {
         var tv = timeval(tv_sec: timeout, tv_usec: 0)

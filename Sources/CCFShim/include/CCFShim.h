@@ -7,6 +7,7 @@
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/prctl.h>
 // Swift's Glibc module leaves out <sys/epoll.h>, <sys/random.h> and <sys/timerfd.h>; the carrier's
@@ -34,6 +35,9 @@ static inline CURLcode CCFShim_curl_setopt_write(void *fn, CURL *h, CURLoption o
 static inline CURLcode CCFShim_curl_getinfo_long(void *fn, CURL *h, CURLINFO i, long *v) {
     return ((CCFShim_curl_getinfo_fn)fn)(h, i, v);
 }
+
+// SSL_OP_NO_RENEGOTIATION is built by the function-like macro SSL_OP_BIT, which Swift cannot import.
+static inline uint64_t CCFShim_SSL_OP_NO_RENEGOTIATION(void) { return SSL_OP_NO_RENEGOTIATION; }
 
 // EVP_PKEY_PUBLIC_KEY is an expression macro (an OR of selection bits) Swift cannot import.
 static inline int CCFShim_EVP_PKEY_PUBLIC_KEY(void) { return EVP_PKEY_PUBLIC_KEY; }

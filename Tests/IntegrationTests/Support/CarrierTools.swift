@@ -30,10 +30,12 @@ final class HostileEdge: @unchecked Sendable {
     let process: ManagedProcess
     let port: Int
 
-    init(mode: String, extra: [String] = []) throws {
+    /// Starts `scripts/<script>` in `mode`: hostile-edge.py (Python's TLS sockets), or
+    /// hostile-tls-edge.py (TLS in memory, every write built byte by byte: the ends of a TLS stream).
+    init(mode: String, extra: [String] = [], script scriptName: String = "hostile-edge.py") throws {
         let python = which("python3")
         try requireRealPart(python != nil, "python3 (package python3)")
-        let script = repositoryRoot.appendingPathComponent("scripts/hostile-edge.py")
+        let script = repositoryRoot.appendingPathComponent("scripts/\(scriptName)")
         let certs = try certs()
         process = try ManagedProcess(URL(fileURLWithPath: python!),
                                      ["-u", script.path, "--cert", certs.certFile.path, "--key", certs.keyFile.path,
