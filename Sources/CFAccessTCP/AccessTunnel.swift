@@ -51,15 +51,21 @@ public actor AccessTunnel {
         /// How long a tunnel keeps delivering the edge's bytes after the local side finished
         /// sending (half-close), unless the edge closes first; `.zero` closes at once. At most 1 h.
         public var halfCloseLinger: Duration
+        /// A listener whose first dial finds the edge unreachable (DNS, refused, timed out, the
+        /// edge or origin down) listens all the same, says so once, and each local connection dials
+        /// the edge for itself, as cloudflared's listener does; false fails `connect` instead. A
+        /// refused credential, a bad certificate or a wrong setting fails `connect` either way.
+        public var listensWhenEdgeUnreachable: Bool
 
         /// The library's defaults: 127.0.0.1 on a free port, 15 s to connect, retries after
-        /// 1/5/15 s, one connection, keepalive every 30 s, a 5 s half-close linger.
+        /// 1/5/15 s, one connection, keepalive every 30 s, a 5 s half-close linger, and a
+        /// listener that fails `connect` when the edge cannot be reached.
         public init(connectTo: ConnectTarget? = nil, caFile: String? = nil, extraHeaders: [HeaderField] = [],
                     destination: String? = nil, listenAddress: ListenAddress = .loopbackAnyPort,
                     connectTimeout: Duration = .seconds(15), retry: RetryPolicy = .standard,
                     limits: ListenerLimits = .singleConnection, keepaliveInterval: Duration = .seconds(30),
                     resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil,
-                    halfCloseLinger: Duration = .seconds(5)) {
+                    halfCloseLinger: Duration = .seconds(5), listensWhenEdgeUnreachable: Bool = false) {
             self.connectTo = connectTo
             self.caFile = caFile
             self.extraHeaders = extraHeaders
@@ -72,6 +78,7 @@ public actor AccessTunnel {
             self.resolveOverrides = resolveOverrides
             self.proxy = proxy
             self.halfCloseLinger = halfCloseLinger
+            self.listensWhenEdgeUnreachable = listensWhenEdgeUnreachable
         }
     }
 
@@ -212,7 +219,8 @@ public actor AccessTunnel {
             throw TunnelFailure.configuration(error)
         }
         let plan = SessionStateMachine.Plan(primary: method.plan.primary, fallbackToOAuth: method.plan.fallback,
-                                            retry: options.retry)
+                                            retry: options.retry,
+                                            listensWhenEdgeUnreachable: mode == .listener && options.listensWhenEdgeUnreachable)
         let actions: [SessionStateMachine.Action]
         do {
             actions = try machine.connect(plan)
@@ -282,6 +290,8 @@ public actor AccessTunnel {
                 dial(credential)
             case .openLocal:
                 openLocal()
+            case .reportEdgeUnreachable(let failure):
+                logger.warning("the edge is not reachable yet (\(failure.message)); listening all the same: each local connection dials the edge when it comes")
             case .scheduleRetry(let delay, let attempt):
                 logger.info("retrying in \(delay) (attempt \(attempt))")
                 let generation = self.generation

@@ -96,6 +96,10 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")
     var singleConnection = false
 
+    @Flag(name: .customLong("fail-fast"),
+          help: "With --url: exit at start (69) when the edge cannot be reached, instead of listening all the same and dialling the edge for each connection as it comes.")
+    var failFast = false
+
     @Flag(name: .customLong("allow-core-dumps"),
           help: "Let the process write core dumps (off: they could hold the service token secret or a token).")
     var allowCoreDumps = false

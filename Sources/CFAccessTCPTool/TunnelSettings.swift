@@ -87,7 +87,7 @@ struct TunnelSettings {
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
             keepaliveInterval: .seconds(flags.keepalive), resolveOverrides: resolve, proxy: proxy,
-            halfCloseLinger: .seconds(flags.halfCloseLinger))
+            halfCloseLinger: .seconds(flags.halfCloseLinger), listensWhenEdgeUnreachable: !flags.failFast)
         // The ranges are the library's (AccessTunnel.Options.validate); the words name our flags.
         do {
             try options.validate()

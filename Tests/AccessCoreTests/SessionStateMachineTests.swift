@@ -25,6 +25,34 @@ struct SessionStateMachineTests {
         #expect(m.state == .connected(localPort: 4022))
     }
 
+    @Test("a listener whose first dial finds no edge listens all the same and says why (issue 26.1)")
+    func listensWhenEdgeUnreachable() throws {
+        var m = Machine()
+        _ = try m.connect(.init(primary: .serviceToken, retry: .standard, listensWhenEdgeUnreachable: true))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.dialFailed(refused)) == [.reportEdgeUnreachable(refused), .openLocal])
+        // A late report of the same attempt (the deadline, the dial) asks for nothing more.
+        let timedOut = TunnelFailure.timedOut(host: "h", seconds: 15)
+        #expect(m.handle(.deadlinePassed(timedOut)) == [])
+        #expect(m.handle(.dialSucceeded) == [])
+        #expect(m.handle(.localReady(port: 4022)) == [.cancelDeadline, .publish(.connected(localPort: 4022))])
+
+        var byDeadline = Machine()
+        _ = try byDeadline.connect(.init(primary: .serviceToken, listensWhenEdgeUnreachable: true))
+        _ = byDeadline.handle(.authenticated)
+        #expect(byDeadline.handle(.deadlinePassed(timedOut)) == [.reportEdgeUnreachable(timedOut), .openLocal])
+    }
+
+    @Test("a listener still fails its start on a refused credential, a bad certificate, or without the option",
+          arguments: [0, 1, 2])
+    func listenerStillFailsWhenNotUnreachable(_ which: Int) throws {
+        var m = Machine()
+        let failure = [rejected, badCA, refused][which]
+        _ = try m.connect(.init(primary: .serviceToken, retry: .never, listensWhenEdgeUnreachable: which < 2))
+        _ = m.handle(.authenticated)
+        #expect(m.handle(.dialFailed(failure)) == [.cancelDeadline, .tearDown, .publish(.failed(failure))])
+    }
+
     @Test("connect while not terminal throws invalidState and changes nothing",
           arguments: [0, 1, 2, 3])
     func invalidState(step: Int) throws {

@@ -13,13 +13,15 @@ final class WebsockifyFixture: @unchecked Sendable {
     let process: ManagedProcess
     let port: Int
 
-    init(target: String) throws {
+    /// websockify with TLS (the test CA's certificate) in front of `target`, on `port` (else a
+    /// free one).
+    init(target: String, port wanted: Int? = nil) throws {
         let websockify = which("websockify")
         try requireRealPart(websockify != nil, "websockify (package websockify)")
         let certs = try certs()
         var lastError = ""
         for _ in 0..<5 {
-            let port = try freeLoopbackPort()
+            let port = try wanted ?? freeLoopbackPort()
             let process = try ManagedProcess(URL(fileURLWithPath: websockify!),
                                              ["--cert", certs.certFile.path, "--key", certs.keyFile.path, "--ssl-only",
                                               "127.0.0.1:\(port)", target])

@@ -26,12 +26,19 @@ package struct SessionStateMachine: Sendable, Equatable {
         package let fallbackToOAuth: Bool
         /// Retries of retryable failures.
         package let retry: RetryPolicy
+        /// A listener's first dial only checks the edge: when the edge cannot be reached (a
+        /// retryable transport failure: DNS, refused, timed out, the edge down), the listener
+        /// opens anyway and each local connection dials for itself (issue 26.1). A refused
+        /// credential, a certificate or a configuration still fails the start.
+        package let listensWhenEdgeUnreachable: Bool
 
         /// Creates a plan.
-        package init(primary: Credential, fallbackToOAuth: Bool = false, retry: RetryPolicy = .standard) {
+        package init(primary: Credential, fallbackToOAuth: Bool = false, retry: RetryPolicy = .standard,
+                     listensWhenEdgeUnreachable: Bool = false) {
             self.primary = primary
             self.fallbackToOAuth = fallbackToOAuth && primary != .oauth
             self.retry = retry
+            self.listensWhenEdgeUnreachable = listensWhenEdgeUnreachable
         }
     }
 
@@ -73,6 +80,9 @@ package struct SessionStateMachine: Sendable, Equatable {
         case dial(Credential)
         /// Set up the local side (listener or stream).
         case openLocal
+        /// Say that the edge cannot be reached yet (why), and that the listener opens anyway:
+        /// `.openLocal` follows.
+        case reportEdgeUnreachable(TunnelFailure)
         /// Start (or restart) the connect deadline (seconds come from the shell's configuration).
         case startDeadline
         /// Stop the connect deadline.
@@ -99,6 +109,8 @@ package struct SessionStateMachine: Sendable, Equatable {
     private var fellBack = false
     private var refreshedOAuth = false
     private var storedTokenPresented = false
+    /// `.openLocal` was asked for in this attempt: a late dial result asks for nothing more.
+    private var localRequested = false
 
     /// A machine in `.idle`.
     package init() {}
@@ -134,7 +146,12 @@ package struct SessionStateMachine: Sendable, Equatable {
             return fail(failure)
 
         case (.connecting, .dialSucceeded):
-            return [.openLocal]
+            return openLocal()
+
+        case (.connecting, .dialFailed(let failure)) where listensWhenEdgeUnreachable(failure),
+             (.connecting, .deadlinePassed(let failure)) where listensWhenEdgeUnreachable(failure):
+            guard !localRequested else { return [] }
+            return [.reportEdgeUnreachable(failure)] + openLocal()
 
         case (.connecting, .dialFailed(let failure)):
             if failure.category == .authentication {
@@ -189,8 +206,20 @@ package struct SessionStateMachine: Sendable, Equatable {
     /// so the connect deadline starts now; an OAuth login may wait on a person in a browser (it
     /// bounds its own wait), so the deadline stops until the token is there.
     private mutating func authenticate(refresh: Bool) -> [Action] {
+        localRequested = false
         let deadline: Action = credential == .oauth ? .cancelDeadline : .startDeadline
         return [deadline] + move(to: .authenticating) + [.authenticate(credential, refresh: refresh)]
+    }
+
+    private mutating func openLocal() -> [Action] {
+        guard !localRequested else { return [] }
+        localRequested = true
+        return [.openLocal]
+    }
+
+    /// Whether this failure of a listener's first dial lets the listener open all the same.
+    private func listensWhenEdgeUnreachable(_ failure: TunnelFailure) -> Bool {
+        plan.listensWhenEdgeUnreachable && failure.category == .transport && failure.isRetryable
     }
 
     private mutating func fail(_ failure: TunnelFailure) -> [Action] {
