@@ -1,6 +1,7 @@
 /// The local address to listen on, in the forms
 /// cloudflared accepts: `127.0.0.1:2222`, `localhost:2222`, `tcp://localhost:2222`,
-/// `[::1]:2222`.
+/// `[::1]:2222`, and the schemes of Cloudflare's client guides (`rdp://localhost:3389`,
+/// `smb://localhost:8445`, `ssh://localhost:2222`).
 public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
     /// A numeric address: dotted-quad IPv4 (`localhost` becomes `127.0.0.1`) or IPv6 without
     /// brackets, in RFC 5952 form (`::1`).
@@ -18,6 +19,9 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         self.isLoopback = isLoopback
     }
 
+    /// The schemes a listen address may carry: the listener carries TCP whatever the service.
+    static let schemes: Set<String> = ["tcp", "rdp", "smb", "ssh"]
+
     /// `127.0.0.1` on a port the system picks when the listener binds.
     public static let loopbackAnyPort = ListenAddress(host: "127.0.0.1", port: 0, isLoopback: true)
 
@@ -31,7 +35,9 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
 
     /// Parses a listen address.
     ///
-    /// An optional `tcp://` scheme is dropped (any other scheme is refused). The port is
+    /// An optional scheme of those the listener serves (`tcp`, `rdp`, `smb`, `ssh`: the bytes are
+    /// TCP whatever it names, as in cloudflared) is dropped, and so is a `/` after the port; any
+    /// other scheme is refused. The port is
     /// required (0...65535). The host must be numeric, or `localhost` (taken as
     /// `127.0.0.1`); IPv6 goes in brackets. IPv4 must be four numbers 0-255 without leading
     /// zeros. An empty host (`:2222`) means every IPv4 interface (`0.0.0.0`).
@@ -47,11 +53,13 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         }
         if let schemeEnd = scalars.firstIndex(ofSequence: "://") {
             let scheme = String(scalars: scalars[..<schemeEnd]).asciiLowercased
-            guard scheme == "tcp" else {
+            guard Self.schemes.contains(scheme) else {
                 throw ConfigurationError(
-                    "\(flag) \(shown) has scheme \(Display.quoted(scheme, limit: 20)): use tcp:// or no scheme, \(example)")
+                    "\(flag) \(shown) has scheme \(Display.quoted(scheme, limit: 20)): use tcp://, rdp://, smb://, ssh:// or no scheme, \(example)")
             }
             scalars = Array(scalars[(schemeEnd + 3)...])
+            // `rdp://localhost:3389/`: a URL's empty path.
+            if scalars.last == "/" { scalars.removeLast() }
         }
 
         let hostScalars: [Unicode.Scalar]

@@ -31,16 +31,17 @@ struct RootCommand: AsyncParsableCommand {
         defaultSubcommand: TCPCommand.self
     )
 
-    /// `--version` (also `-v` and `version`, cloudflared's spellings) prints the long report —
-    /// commit and C library versions — before the argument parser sees anything; the rest is
+    /// `--version` (also `-v`, `-V` and `version`, cloudflared's spellings) prints the long report —
+    /// commit and C library versions — before the argument parser sees anything, as do
+    /// `version --short` and `update` their one line (`VersionReport.earlyAnswer`); the rest is
     /// parsed with cloudflared's spellings too (`access --fedramp tcp …`, see
     /// `CommandLineCompatibility`).
     static func main() async {
         ToolProcess.refuseTooFewDescriptors()
         ToolProcess.reserveMainQueueDescriptor()
         let arguments = Array(CommandLine.arguments.dropFirst())
-        if VersionReport.isRequested(by: arguments) {
-            print(VersionReport.text())
+        if let answer = VersionReport.earlyAnswer(to: arguments) {
+            print(answer)
             return
         }
         await main(CommandLineCompatibility.rewrite(arguments))

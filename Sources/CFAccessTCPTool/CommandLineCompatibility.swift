@@ -15,6 +15,8 @@ enum CommandLineCompatibility {
             }
         }
         guard let first = arguments.first, first == "access" || first == "forward" else { return arguments }
+        // cloudflared's `access help tcp` is ArgumentParser's `help access tcp`.
+        if arguments.count > 1, arguments[1] == "help" { return ["help", first] + arguments.dropFirst(2) }
         var moved: [String] = []
         var index = 1
         while index < arguments.count, accessFlags.contains(arguments[index]) {

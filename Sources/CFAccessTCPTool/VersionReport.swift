@@ -20,9 +20,19 @@ enum VersionReport {
         return lines.joined(separator: "\n")
     }
 
-    /// Whether the command line asks for the version: `--version` or `-v` alone, cloudflared's
-    /// spellings (`version` as a word is the subcommand `cloudflared version`).
-    static func isRequested(by arguments: [String]) -> Bool {
-        arguments == ["--version"] || arguments == ["-v"] || arguments == ["version"]
+    /// What cloudflared's `update` would do, said in one line: the package manager updates us.
+    static let updateNote = "cf-access-tcp does not update itself: your package manager does (apt-get install --only-upgrade cf-access-tcp)"
+
+    /// The answer to a command line that only asks about the tool, printed before the argument
+    /// parser sees anything, or nil: the long report for `--version`, `-v`, `-V` or `version`
+    /// (cloudflared's spellings), the bare version number for `version --short` (`-s`), and
+    /// `updateNote` for `update`.
+    static func earlyAnswer(to arguments: [String]) -> String? {
+        switch arguments {
+        case ["--version"], ["-v"], ["-V"], ["version"]: return text()
+        case ["version", "--short"], ["version", "-s"]: return Version.string
+        case ["update"]: return updateNote
+        default: return nil
+        }
     }
 }

@@ -23,6 +23,11 @@ struct ListenAddressTests {
         ListenCase(raw: " 127.0.0.1:2222\n", allowNonLoopback: false, host: "127.0.0.1", port: 2222, isLoopback: true, isIPv6: false),
         ListenCase(raw: "[::1]:2222", allowNonLoopback: false, host: "::1", port: 2222, isLoopback: true, isIPv6: true),
         ListenCase(raw: "tcp://[::1]:2222", allowNonLoopback: false, host: "::1", port: 2222, isLoopback: true, isIPv6: true),
+        // The schemes of Cloudflare's RDP, SMB and SSH client guides (issue 26.3).
+        ListenCase(raw: "rdp://localhost:3389", allowNonLoopback: false, host: "127.0.0.1", port: 3389, isLoopback: true, isIPv6: false),
+        ListenCase(raw: "rdp://localhost:3389/", allowNonLoopback: false, host: "127.0.0.1", port: 3389, isLoopback: true, isIPv6: false),
+        ListenCase(raw: "SMB://127.0.0.1:8445", allowNonLoopback: false, host: "127.0.0.1", port: 8445, isLoopback: true, isIPv6: false),
+        ListenCase(raw: "ssh://[::1]:2222", allowNonLoopback: false, host: "::1", port: 2222, isLoopback: true, isIPv6: true),
         ListenCase(raw: "[0:0:0:0:0:0:0:1]:2222", allowNonLoopback: false, host: "::1", port: 2222, isLoopback: true, isIPv6: true),
         ListenCase(raw: "[::ffff:127.0.0.1]:22", allowNonLoopback: false, host: "::ffff:7f00:1", port: 22, isLoopback: true, isIPv6: true),
         ListenCase(raw: "127.0.0.5:0", allowNonLoopback: false, host: "127.0.0.5", port: 0, isLoopback: true, isIPv6: false),
@@ -69,7 +74,9 @@ struct ListenAddressTests {
         ("::1:2222", "in brackets"),
         ("[::1:2222", "without \"]\""),
         ("[zz::1]:22", "invalid IPv6 address"),
-        ("http://127.0.0.1:22", "use tcp:// or no scheme"),
+        ("http://127.0.0.1:22", "use tcp://, rdp://, smb://, ssh:// or no scheme"),
+        ("rdp://localhost:3389/x", "which is not a number"),
+        ("ftp://localhost:21", "has scheme \"ftp\""),
     ])
     func refused(_ raw: String, _ message: String) {
         let error = #expect(throws: ConfigurationError.self) { try ListenAddress.parse(raw, allowNonLoopback: true) }

@@ -157,7 +157,8 @@ struct CLIHardeningTests {
         defer { close(fd) }
         var arguments = ["--hostname", testHost, "--connect-to", "127.0.0.1:\(port)", "--ca-file", try certs().caFile.path,
                          "--service-token-id", "i", "--service-token-secret", "s", "--connect-timeout", "4"]
-        if listenerMode { arguments += ["--url", "127.0.0.1:0"] }
+        // --fail-fast: a listener would otherwise listen all the same once the dial timed out (issue 26.1).
+        if listenerMode { arguments += ["--url", "127.0.0.1:0", "--fail-fast"] }
         let slow = try run(try TestPaths.binary("cf-access-tcp"), arguments, timeout: 30)
         #expect(slow.status == 69, "\(slow.stderr)")
         #expect(slow.stderr.contains("Connecting to \(testHost)…"), "\(slow.stderr)")

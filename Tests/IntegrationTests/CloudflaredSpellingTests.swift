@@ -19,6 +19,32 @@ struct CloudflaredSpellingTests {
         #expect(result.stderr.contains(" DBG "), "--log-level debug was not applied: \(result.stderr)")
     }
 
+    @Test("--url with the schemes of Cloudflare's RDP, SMB and SSH guides listens and carries bytes (issue 26.3)",
+          arguments: ["rdp", "smb", "ssh", "tcp"])
+    func listenerSchemes(_ scheme: String) throws {
+        let echo = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echo.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"),
+                                         try clientArguments(edge: edge, extra: ["--url", "\(scheme)://localhost:0/"]))
+        defer { process.terminate() }
+        let line = try process.waitForStderr(containing: "listening on 127.0.0.1:", timeout: 30)
+        let port = try #require(line.components(separatedBy: "listening on 127.0.0.1:").last
+            .flatMap { Int($0.prefix { $0.isNumber }) })
+        let client = try ClientSocket(port: port)
+        try client.send(Array("\(scheme)\n".utf8))
+        var back = [UInt8]()
+        _ = try client.receive(count: scheme.utf8.count + 1) { back += $0 }
+        #expect(String(decoding: back, as: UTF8.self) == "\(scheme)\n")
+    }
+
+    @Test("access help tcp shows the tcp command's help, as cloudflared's does")
+    func accessHelp() throws {
+        let result = try tool(["access", "help", "tcp"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("USAGE: cf-access-tcp access tcp"), "\(result.stdout)")
+        #expect(result.stdout.contains("--hostname"))
+    }
+
     @Test("forward tcp and forward ssh run the tunnel")
     func forward() throws {
         let port = try freeLoopbackPort()

@@ -5,7 +5,7 @@ import Testing
 @Suite("version report", .ownThreads)
 struct VersionReportTests {
     @Test("--version, -v and version name the version, the git commit and every C library's version", arguments: [
-        ["--version"], ["-v"], ["version"],
+        ["--version"], ["-v"], ["-V"], ["version"],
     ])
     func versionReport(arguments: [String]) throws {
         let result = try run(try TestPaths.binary("cf-access-tcp"), arguments, timeout: 20)
@@ -26,6 +26,19 @@ struct VersionReportTests {
             #expect(version?.first?.isNumber == true, "no version for \(library) in:\n\(result.stdout)")
         }
         #expect(result.stderr.isEmpty, "\(result.stderr)")
+    }
+
+    @Test("version --short (-s) prints the bare version; update says the package manager updates the tool (exit 0, no network)")
+    func shortVersionAndUpdate() throws {
+        for arguments in [["version", "--short"], ["version", "-s"]] {
+            let result = try run(try TestPaths.binary("cf-access-tcp"), arguments, timeout: 20)
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.wholeMatch(of: /\d+\.\d+\.\d+\n/) != nil, "\(result.stdout)")
+        }
+        let update = try run(try TestPaths.binary("cf-access-tcp"), ["update"], timeout: 20)
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect(update.stdout == "cf-access-tcp does not update itself: your package manager does (apt-get install --only-upgrade cf-access-tcp)\n")
+        #expect(update.stderr.isEmpty)
     }
 
     @Test("--help still offers --version")
