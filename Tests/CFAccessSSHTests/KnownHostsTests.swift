@@ -15,6 +15,18 @@ struct KnownHostsTests {
         KnownHosts.entries(in: "x \(line)\n", naming: "x")[0].key
     }
 
+    @Test("/dev/null as known_hosts (issue 26.3): read as an empty file, so every host is unknown; adding to it succeeds and keeps nothing")
+    func devNull() throws {
+        let file = KnownHosts(path: "/dev/null")
+        #expect(try file.entries(host: "h.example", port: 22).isEmpty)
+        let key = Self.key(Self.ed25519)
+        #expect(try file.check(host: "h.example", port: 22, key: key) == .unknown)
+        try file.add(host: "h.example", port: 22, key: key)
+        #expect(try file.entries(host: "h.example", port: 22).isEmpty)
+        let type = try FileManager.default.attributesOfItem(atPath: "/dev/null")[.type] as? FileAttributeType
+        #expect(type == .typeCharacterSpecial, "/dev/null is still a device")
+    }
+
     @Test("the key's fingerprint is ssh-keygen's")
     func fingerprint() {
         #expect(Self.key(Self.ed25519).fingerprint == "SHA256:43jVFLB8yy1rL2AgLAJ8wkXZxLae5RcfMtlYTksCPwQ")

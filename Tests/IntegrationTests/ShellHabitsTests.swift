@@ -214,6 +214,27 @@ struct ShellHabitsTests {
         #expect(result.stdout == "C.UTF-8|C|sent|from-config|\n")
     }
 
+    @Test("--known-hosts /dev/null and -o UserKnownHostsFile=/dev/null work as in OpenSSH: the host is unknown, --accept-new logs in, nothing is kept (issue 26.3)")
+    func knownHostsDevNull() throws {
+        let world = try ShellWorld()
+        for flags in [["--known-hosts", "/dev/null"], ["-o", "UserKnownHostsFile=/dev/null"]] {
+            let result = try world.runTool(world.arguments(user: world.sshd.keyUser,
+                                                           extra: ["-i", world.sshd.clientKeyPath.path, "--accept-new"] + flags,
+                                                           command: ["echo", "through /dev/null"]))
+            #expect(result.status == 0, "\(flags): \(result.stderr)")
+            #expect(result.stdout == "through /dev/null\n", "\(flags)")
+            #expect(!result.stderr.contains("cannot read"), "\(flags): \(result.stderr)")
+            // Without --accept-new the host is unknown every time, as with ssh.
+            let strict = try world.runTool(world.arguments(user: world.sshd.keyUser,
+                                                           extra: ["-i", world.sshd.clientKeyPath.path] + flags,
+                                                           command: ["echo", "never"]))
+            #expect(strict.status == 77, "\(flags): \(strict.stderr)")
+            #expect(strict.stderr.contains("The authenticity of host '\(testHost)' can't be established."), "\(flags): \(strict.stderr)")
+        }
+        let type = try FileManager.default.attributesOfItem(atPath: "/dev/null")[.type] as? FileAttributeType
+        #expect(type == .typeCharacterSpecial)
+    }
+
     @Test("terminal modes travel with the PTY request: the remote terminal has the local interrupt and erase characters and flags (on libssh2 while libssh is older than 0.11, which cannot send them)")
     func terminalModes() throws {
         let world = try ShellWorld()
