@@ -24,6 +24,9 @@ package struct CarrierConfiguration: Sendable {
     /// Seconds the tunnel keeps carrying the edge's bytes after the local side finished sending
     /// (stdin EOF, `shutdown(SHUT_WR)`), unless the edge closes first; 0 closes at once.
     package var halfCloseLingerSeconds: Double = 5
+    /// Pinned public keys: the TLS handshake counts only when the edge's leaf or another
+    /// certificate of its chain carries one of them (none: no pinning).
+    package var pins: [PublicKeyPin] = []
 
     /// This configuration with another half-close linger (negative counts as 0).
     package func withHalfCloseLinger(_ seconds: Double) -> CarrierConfiguration {

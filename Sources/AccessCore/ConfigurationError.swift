@@ -44,10 +44,12 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
         public static let serviceTokenSecretSource = Setting("service-token-secret-source", "")
         /// The `Cf-Access-Jump-Destination` host:port.
         public static let destination = Setting("destination", "the destination")
+        /// The pinned public keys of the edge (``PublicKeyPin``).
+        public static let pins = Setting("pins", "the pinned keys")
 
         static let all: [Setting] = [
             .hostname, .listenAddress, .allowNonLoopback, .connectTarget, .resolveOverride, .header,
-            .serviceTokenID, .serviceTokenSecret, .serviceTokenIDSource, .serviceTokenSecretSource, .destination,
+            .serviceTokenID, .serviceTokenSecret, .serviceTokenIDSource, .serviceTokenSecretSource, .destination, .pins,
         ]
 
         /// What a message template holds where this setting is named.

@@ -13,6 +13,8 @@ public enum FailureSubject: Sendable, Equatable, CaseIterable {
     case tokenDirectory
     /// The local listen address.
     case listenAddress
+    /// The pinned public keys of the edge.
+    case pins
 }
 
 /// Which credential the failed request offered, so a message can say what to fix.
@@ -199,6 +201,19 @@ public struct TunnelFailure: Error, Sendable, Equatable, CustomStringConvertible
             trusted: .transport, isRetryable: false,
             message: "TLS with \(host) failed: \(reason). Check the system clock and the CA certificates",
             detail: reason, subject: .caFile, kind: .tls)
+    }
+
+    /// The edge for `host` presented no certificate with a pinned key: `presented` lists the pins
+    /// of the certificates it showed, leaf first (empty when unknown, as from libcurl). Category
+    /// `.transport`, not retryable: waiting does not change the edge's key.
+    package static func pinMismatch(host: String, presented: [String]) -> TunnelFailure {
+        let host = Display.oneLine(host)
+        let shown = presented.isEmpty ? "" : ": it showed " + presented.joined(separator: ", ")
+        return TunnelFailure(
+            trusted: .transport, isRetryable: false,
+            message: "the edge for \(host) presented no pinned key\(shown); "
+                + "check the pins, or whether something on the path (a TLS-inspecting proxy) replaced the edge's certificate",
+            detail: "pin mismatch\(shown)", subject: .pins, kind: .tls)
     }
 
     /// `host` did not resolve. Category `.transport`, retryable.

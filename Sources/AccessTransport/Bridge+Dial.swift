@@ -215,6 +215,16 @@ extension Bridge {
         let r = SSL_connect(session)
         if r == 1 {
             logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
+            let pins = loop.configuration.pins
+            if !pins.isEmpty {
+                let chain = TLSSessionCache.presentedPins(session)
+                guard let matched = chain.firstIndex(where: { pins.contains($0) }) else {
+                    return .failed(.pinMismatch(presented: chain.enumerated().map { index, pin in
+                        "\(pin) (\(index == 0 ? "leaf" : "certificate \(index + 1) of the chain"))"
+                    }))
+                }
+                logger.debug("connection \(id): the pinned key \(chain[matched]) is the \(matched == 0 ? "leaf's" : "key of certificate \(matched + 1) of the chain")")
+            }
             if SSL_version(session) < TLS1_3_VERSION { watchRenegotiation(session) }
             dialSent = 0
             headReader = ResponseHeadReader()

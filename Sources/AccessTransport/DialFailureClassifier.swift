@@ -18,6 +18,8 @@ enum DialProblem: Sendable, Equatable {
     case tls(String)
     /// The connection ended during the TLS handshake (the peer closed it or reset it): how.
     case closedDuringTLS(String)
+    /// No certificate the edge presented carries a pinned key: the pins it showed, described.
+    case pinMismatch(presented: [String])
     /// The connection ended before the whole answer to the upgrade came: how.
     case closedBeforeAnswer(String)
     /// The answer's first bytes cannot start `HTTP/`.
@@ -75,6 +77,8 @@ enum DialFailureClassifier {
             return proxyRefusal(context, detail: what)
         case .tls(let reason):
             return .tls(host: host, reason: reason)
+        case .pinMismatch(let presented):
+            return .pinMismatch(host: host, presented: presented)
         case .closedDuringTLS(let how):
             return TunnelFailure(category: .transport, isRetryable: true,
                                  message: "\(address) ended the connection during the TLS handshake (\(how)): "

@@ -178,6 +178,24 @@ enum TLSSessionCache {
         return (resumed(ssl) ? "TLS session resumed" : "full TLS handshake") + " (\(cipher))"
     }
 
+    /// The pins (SHA-256 of the SubjectPublicKeyInfo) of the certificates the peer presented,
+    /// leaf first. A resumed session keeps the chain of the full handshake it came from.
+    static func presentedPins(_ ssl: OpaquePointer) -> [PublicKeyPin] {
+        guard let chain = SSL_get_peer_cert_chain(ssl) else { return [] }
+        var pins: [PublicKeyPin] = []
+        for index in 0..<max(0, OPENSSL_sk_num(chain)) {
+            guard let raw = OPENSSL_sk_value(chain, index),
+                  let key = X509_get_X509_PUBKEY(OpaquePointer(raw)) else { continue }
+            var der: UnsafeMutablePointer<UInt8>?
+            let length = i2d_X509_PUBKEY(key, &der)
+            guard length > 0, let der else { continue }
+            let bytes = Array(UnsafeBufferPointer(start: der, count: Int(length)))
+            CRYPTO_free(der, #file, #line)
+            if let pin = PublicKeyPin(sha256: Digest.sha256(bytes)) { pins.append(pin) }
+        }
+        return pins
+    }
+
     /// Whether the connection's handshake resumed an earlier session.
     static func resumed(_ ssl: OpaquePointer) -> Bool {
         SSL_session_reused(ssl) == 1

@@ -56,6 +56,11 @@ public actor AccessTunnel {
         /// the edge for itself, as cloudflared's listener does; false fails `connect` instead. A
         /// refused credential, a bad certificate or a wrong setting fails `connect` either way.
         public var listensWhenEdgeUnreachable: Bool
+        /// Pinned public keys of the edge (curl's `sha256//` pins): a dial succeeds only when the
+        /// edge's leaf certificate or another certificate of its chain carries one of them, on
+        /// top of the usual certificate checks. Empty: no pinning. The login's HTTPS requests to
+        /// the same host are pinned too (``AccessLoginConfiguration/pins``).
+        public var pins: [PublicKeyPin]
 
         /// The library's defaults: 127.0.0.1 on a free port, 15 s to connect, retries after
         /// 1/5/15 s, one connection, keepalive every 30 s, a 5 s half-close linger, and a
@@ -65,7 +70,8 @@ public actor AccessTunnel {
                     connectTimeout: Duration = .seconds(15), retry: RetryPolicy = .standard,
                     limits: ListenerLimits = .singleConnection, keepaliveInterval: Duration = .seconds(30),
                     resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil,
-                    halfCloseLinger: Duration = .seconds(5), listensWhenEdgeUnreachable: Bool = false) {
+                    halfCloseLinger: Duration = .seconds(5), listensWhenEdgeUnreachable: Bool = false,
+                    pins: [PublicKeyPin] = []) {
             self.connectTo = connectTo
             self.caFile = caFile
             self.extraHeaders = extraHeaders
@@ -79,6 +85,7 @@ public actor AccessTunnel {
             self.proxy = proxy
             self.halfCloseLinger = halfCloseLinger
             self.listensWhenEdgeUnreachable = listensWhenEdgeUnreachable
+            self.pins = pins
         }
     }
 
@@ -380,12 +387,14 @@ public actor AccessTunnel {
         let request = try Self.upgradeRequest(origin: origin, options: options,
                                               serviceToken: serviceToken, accessToken: accessToken)
         let kind: CredentialKind = serviceToken != nil ? .serviceToken : (accessToken != nil ? .accessToken : .none)
-        return CarrierConfiguration(request: request, connectTo: options.connectTo, caFile: options.caFile,
-                                    credential: kind,
-                                    handshakeTimeoutSeconds: max(1, options.connectTimeout.wholeSecondsRoundedUp),
-                                    keepaliveSeconds: options.keepaliveInterval.wholeSecondsRoundedUp,
-                                    resolveOverrides: options.resolveOverrides, proxy: options.proxy)
+        var configuration = CarrierConfiguration(
+            request: request, connectTo: options.connectTo, caFile: options.caFile, credential: kind,
+            handshakeTimeoutSeconds: max(1, options.connectTimeout.wholeSecondsRoundedUp),
+            keepaliveSeconds: options.keepaliveInterval.wholeSecondsRoundedUp,
+            resolveOverrides: options.resolveOverrides, proxy: options.proxy)
             .withHalfCloseLinger(options.halfCloseLinger.secondsValue)
+        configuration.pins = options.pins
+        return configuration
     }
 
     /// The upgrade request for `origin` with the session's options and one credential.

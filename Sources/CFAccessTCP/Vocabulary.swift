@@ -49,6 +49,8 @@ public typealias ResolveOverride = AccessCore.ResolveOverride
 public typealias ProxySettings = AccessCore.ProxySettings
 /// The local address a listener binds.
 public typealias ListenAddress = AccessCore.ListenAddress
+/// A pinned public key of the edge, curl's `sha256//BASE64` (``AccessTunnel/Options/pins``).
+public typealias PublicKeyPin = AccessCore.PublicKeyPin
 /// An extra request header (`Name: value`).
 public typealias HeaderField = AccessCore.HeaderField
 

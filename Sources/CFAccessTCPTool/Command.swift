@@ -247,6 +247,7 @@ extension ConfigurationError.Setting {
         case .serviceTokenIDSource: return " (or set TUNNEL_SERVICE_TOKEN_ID)"
         case .serviceTokenSecretSource: return " (or set TUNNEL_SERVICE_TOKEN_SECRET)"
         case .destination: return "--destination"
+        case .pins: return "--pin"
         default: return words
         }
     }
@@ -266,6 +267,7 @@ func flagHint(_ subject: FailureSubject) -> String {
     case .addressOverrides: return " (--resolve, --connect-to)"
     case .tokenDirectory: return " (--token-dir)"
     case .listenAddress: return " (--url)"
+    case .pins: return " (--pin)"
     }
 }
 

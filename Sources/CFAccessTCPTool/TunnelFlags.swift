@@ -96,6 +96,10 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")
     var singleConnection = false
 
+    @Option(name: .customLong("pin"),
+            help: "Pin the edge's public key: sha256//BASE64 (curl's --pinnedpubkey form; several separated by commas, or --pin again). The dial fails unless the edge's leaf or another certificate of its chain carries one; the login's HTTPS to the same host is pinned too.")
+    var pin: [String] = []
+
     @Flag(name: .customLong("fail-fast"),
           help: "With --url: exit at start (69) when the edge cannot be reached, instead of listening all the same and dialling the edge for each connection as it comes.")
     var failFast = false

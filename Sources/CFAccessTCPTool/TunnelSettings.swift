@@ -45,14 +45,18 @@ struct TunnelSettings {
         let accessToken = pick(flags.accessToken, "CF_ACCESS_TOKEN")
         let connectTo = try flags.connectTo.map { raw throws(ConfigurationError) in try ConnectTarget.parse(raw) }
         let resolve = try flags.login.resolveOverrides()
+        var pins: [PublicKeyPin] = []
+        for raw in flags.pin { pins += try PublicKeyPin.parseList(raw) }
         // Without a service token or an access token, or with --fallback-oauth, log in as
         // cloudflared does: cached token, org-token exchange, browser or device login.
         let needsLogin = (serviceToken == nil && accessToken == nil) || (serviceToken != nil && flags.fallbackOAuth)
         if needsLogin {
             var overrides: [ConnectOverride] = []
             if let connectTo { overrides.append(ConnectOverride(origin: origin, target: connectTo)) }
-            let configuration = try flags.login.configuration(caFile: flags.caFile, connectTo: overrides,
+            var configuration = try flags.login.configuration(caFile: flags.caFile, connectTo: overrides,
                                                               environment: environment)
+            configuration.pins = pins
+            configuration.pinnedHost = origin.host
             provider = AccessTokenProvider(configuration: configuration, logger: logger,
                                            browser: SystemBrowserOpener(environment: environment))
         } else {
@@ -87,7 +91,8 @@ struct TunnelSettings {
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection),
             keepaliveInterval: .seconds(flags.keepalive), resolveOverrides: resolve, proxy: proxy,
-            halfCloseLinger: .seconds(flags.halfCloseLinger), listensWhenEdgeUnreachable: !flags.failFast)
+            halfCloseLinger: .seconds(flags.halfCloseLinger), listensWhenEdgeUnreachable: !flags.failFast,
+            pins: pins)
         // The ranges are the library's (AccessTunnel.Options.validate); the words name our flags.
         do {
             try options.validate()

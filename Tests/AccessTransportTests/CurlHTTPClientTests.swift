@@ -123,6 +123,41 @@ srv.serve_forever()
         #expect(get.body == Array("hello".utf8))
     }
 
+    /// `sha256//…` of the server certificate's key, computed by openssl.
+    func serverPin() throws -> PublicKeyPin {
+        let script = "openssl x509 -in '\(temp.path)/cert.pem' -pubkey -noout | openssl pkey -pubin -outform der"
+            + " | openssl dgst -sha256 -binary | base64"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return try #require(try PublicKeyPin.parseList("sha256//" + text.trimmingCharacters(in: .whitespacesAndNewlines)).first)
+    }
+
+    @Test("pins (issue 26.4): the host's pinned key passes, another key fails as a pin mismatch, another host is not pinned")
+    func pinnedKeys() async throws {
+        let right = try serverPin()
+        let wrong = try #require(PublicKeyPin(sha256: [UInt8](repeating: 7, count: 32)))
+        let resolve = [try ResolveOverride.parse("team.cloudflareaccess.com:\(port):127.0.0.1")]
+        func client(_ pins: [PublicKeyPin], host: String) -> CurlHTTPClient {
+            CurlHTTPClient(caFile: temp.path + "/ca.pem", resolve: resolve, pins: pins, pinnedHost: host)
+        }
+        let request = HTTPRequest(method: "GET", url: base + "/", timeoutSeconds: 10)
+        #expect(try await client([wrong, right], host: "team.cloudflareaccess.com").send(request).status == 200)
+        #expect(try await client([wrong], host: "other.example").send(request).status == 200)
+        do {
+            _ = try await client([wrong], host: "TEAM.cloudflareaccess.com").send(request)
+            Issue.record("a request to a host with other pinned keys went through")
+        } catch {
+            #expect(error.kind == .tls && error.subject == .pins, "\(error)")
+            #expect(error.message.hasPrefix("the edge for team.cloudflareaccess.com presented no pinned key; check the pins"), "\(error.message)")
+        }
+    }
+
     @Test func doesNotFollowRedirectsAndKeepsEverySetCookie() async throws {
         let answer = try await client().send(HTTPRequest(method: "GET", url: base + "/redirect", timeoutSeconds: 10))
         #expect(answer.status == 302)

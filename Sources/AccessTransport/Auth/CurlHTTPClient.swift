@@ -34,14 +34,20 @@ package struct CurlHTTPClient: HTTPClient {
     /// `CURLOPT_CONNECT_TO` entries (the tunnel's `--connect-to`: the app host's requests go to
     /// another address, Host/SNI/checks unchanged).
     package let connectTo: [ConnectOverride]
+    /// Pinned keys for the requests to `pinnedHost` (`CURLOPT_PINNEDPUBLICKEY`: libcurl checks the
+    /// leaf's key), and that host; requests to other hosts (the team domain) are not pinned.
+    package let pins: [PublicKeyPin]
+    package let pinnedHost: String?
 
     /// Creates a client.
     package init(caFile: String? = nil, resolve: [ResolveOverride] = [], connectTo: [ConnectOverride] = [],
-                userAgent: String = Version.userAgent) {
+                userAgent: String = Version.userAgent, pins: [PublicKeyPin] = [], pinnedHost: String? = nil) {
         self.caFile = caFile
         self.resolve = resolve
         self.connectTo = connectTo
         self.userAgent = userAgent
+        self.pins = pins
+        self.pinnedHost = pinnedHost
     }
 
     /// Sends `request` on a dedicated thread and returns the answer as it is (3xx included).
@@ -128,6 +134,9 @@ package struct CurlHTTPClient: HTTPClient {
             if let resolveList { set(CURLOPT_RESOLVE, pointer: UnsafeRawPointer(resolveList)) }
             if let connectToList { set(CURLOPT_CONNECT_TO, pointer: UnsafeRawPointer(connectToList)) }
             if !cookie.isEmpty { set(CURLOPT_COOKIE, cookie) }
+            if !pins.isEmpty, let pinnedHost, URL(string: request.url)?.host?.lowercased() == pinnedHost.lowercased() {
+                set(CURLOPT_PINNEDPUBLICKEY, pins.map(\.description).joined(separator: ";"))
+            }
             if let caFile {
                 set(CURLOPT_CAINFO, caFile)
             } else {
@@ -204,6 +213,8 @@ package struct CurlHTTPClient: HTTPClient {
             return TunnelFailure(category: .transport, isRetryable: true,
                                  message: "No answer from \(host) in time: check your network and that \(host) is reachable, then try again",
                                  detail: "\(host): \(text)", kind: .timedOut)
+        case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+            return .pinMismatch(host: host, presented: [])
         case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CACERT_BADFILE,
              CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ISSUER_ERROR:
             return .tls(host: host, reason: text)

@@ -32,6 +32,12 @@ public struct AccessLoginConfiguration: Sendable {
     public var lockPollInterval: Duration
     /// How long to wait for another process's login at most (10 min).
     public var lockMaximumWait: Duration
+    /// Pinned keys for the login's HTTPS requests to ``pinnedHost`` (the tunnel's hostname), as
+    /// ``AccessTunnel/Options/pins`` pins the tunnel; libcurl checks the leaf's key. Requests to
+    /// other hosts (the team domain, the transfer service) are not pinned.
+    public var pins: [PublicKeyPin] = []
+    /// The host whose requests ``pins`` applies to.
+    public var pinnedHost: String?
 
     /// A configuration; defaults follow PROTOCOL.md §3.
     public init(tokenDirectory: String, caFile: String? = nil, resolve: [ResolveOverride] = [],

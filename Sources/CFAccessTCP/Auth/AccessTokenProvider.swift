@@ -78,7 +78,8 @@ public actor AccessTokenProvider {
         self.configuration = configuration
         self.logger = logger
         self.http = http ?? CurlHTTPClient(caFile: configuration.caFile, resolve: configuration.resolve,
-                                                 connectTo: configuration.connectTo)
+                                                 connectTo: configuration.connectTo,
+                                                 pins: configuration.pins, pinnedHost: configuration.pinnedHost)
         self.verifier = verifier ?? OpenSSLRS256Verifier()
         self.box = box ?? SodiumBox()
         self.store = store ?? FileTokenStore(directory: configuration.tokenDirectory)
