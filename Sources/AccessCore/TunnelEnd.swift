@@ -9,6 +9,8 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
     case closedByEdge(code: UInt16?)
     /// We closed it on request (disconnect, listener stopped, signal).
     case shutdown
+    /// A listener stopped by itself after this long without a connection (its idle exit).
+    case listenerIdle(after: Duration)
     /// The edge's connection ended without a Close frame (TCP reset, TLS stream cut).
     case reset(detail: String)
     /// The edge broke the WebSocket protocol; we closed with Close 1002/1003.
@@ -28,7 +30,7 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
     /// Whether the tunnel ended as both sides meant it to.
     public var isClean: Bool {
         switch self {
-        case .closedByLocal, .shutdown: return true
+        case .closedByLocal, .shutdown, .listenerIdle: return true
         case .closedByEdge(let code): return code.map { Self.normalCloseCodes.contains($0) } ?? true
         case .reset, .protocolViolation, .keepaliveTimeout, .writeFailed, .localIOFailed, .failedToOpen: return false
         }
@@ -43,6 +45,8 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
             return isClean ? "the edge closed the tunnel to \(host)\(shown)"
                 : "the edge closed the tunnel to \(host) with an error\(shown): the connection is lost"
         case .shutdown: return "the tunnel to \(host) was closed"
+        case .listenerIdle(let idle):
+            return "the listener for \(host) stopped after \(idle.components.seconds) s without a connection"
         case .reset(let detail):
             return "the edge reset the tunnel to \(host) mid-stream (\(detail)): the connection is lost"
         case .protocolViolation(let detail):
@@ -79,6 +83,7 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
         case .closedByLocal(let code): return "closed by the local side (Close \(code))"
         case .closedByEdge(let code): return "closed by the edge (Close \(code.map(String.init) ?? "without code"))"
         case .shutdown: return "shut down"
+        case .listenerIdle(let idle): return "listener idle for \(idle.components.seconds) s"
         case .reset(let detail): return "reset: \(detail)"
         case .protocolViolation(let detail): return "protocol violation: \(detail)"
         case .keepaliveTimeout(let silence): return "keepalive timeout after \(silence.components.seconds) s"

@@ -156,7 +156,8 @@ package enum RequestBuilder {
         guard !scalars.isEmpty else {
             throw ConfigurationError("\(flag) is empty: give host:port, e.g. ssh.internal.example.com:22")
         }
-        // The bastion drops a scheme (`tcp://host:22`); so do we, and send host:port only.
+        // The bastion drops a scheme and a path (`tcp://host:22/path`, as cloudflared accepts it);
+        // so do we, and send host:port only.
         if let schemeEnd = scalars.firstIndex(ofSequence: "://") {
             let scheme = scalars[..<schemeEnd]
             guard let first = scheme.first, first.isASCIILetter,
@@ -164,7 +165,7 @@ package enum RequestBuilder {
             else { throw formError }
             scalars = Array(scalars[(schemeEnd + 3)...])
         }
-        if scalars.last == "/" { scalars.removeLast() }
+        if let slash = scalars.firstIndex(of: "/") { scalars = Array(scalars[..<slash]) }
 
         let host: ParsedHost
         let portScalars: [Unicode.Scalar]

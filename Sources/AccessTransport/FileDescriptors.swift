@@ -42,6 +42,32 @@ package enum FileDescriptors {
         _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, socklen_t(MemoryLayout<linger>.size))
     }
 
+    /// The bytes of the file at `path`, read to its end with read(2); nil (errno set) if it
+    /// cannot be opened or read, or holds more than `limit` bytes (errno EFBIG). A character
+    /// device reads as what it gives: `/dev/null` as an empty file (FileManager's
+    /// `contents(atPath:)` fails on it).
+    package static func readSmallFile(_ path: String, limit: Int = 16 << 20) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n > 0 {
+                bytes += chunk[0..<n]
+                if bytes.count > limit {
+                    errno = EFBIG
+                    return nil
+                }
+            } else if n == 0 {
+                return bytes
+            } else if errno != EINTR {
+                return nil
+            }
+        }
+    }
+
     /// Closes `fd` (a socket handed to us, or one we made).
     package static func close(_ fd: Int32) {
         _ = Glibc.close(fd)

@@ -9,9 +9,16 @@ import Glibc
 package final class LoopbackListener: @unchecked Sendable {
     /// The port actually bound (the real one when 0 was asked).
     package let port: Int
+    /// The address bound, numeric (`127.0.0.1`, `::1`).
+    package let host: String
     private let fd: Int32
+    /// The socket was handed over (systemd socket activation): another process holds it too, so
+    /// it is never shut down, only closed, and accepting polls instead of blocking (its file status
+    /// flags, O_NONBLOCK included, are shared with that process).
+    private let inherited: Bool
     private let closed = LockedBox(false)
     private let stopped = DispatchSemaphore(value: 0)
+    private let accepting = LockedBox(false)
 
     /// Binds and listens. Throws a configuration failure with a plain message when the address is
     /// taken or not local.
@@ -67,6 +74,45 @@ package final class LoopbackListener: @unchecked Sendable {
         }
         fd = s
         port = boundPort
+        host = address.host
+        inherited = false
+    }
+
+    /// Takes over the listening TCP socket `descriptor` (systemd socket activation, `LISTEN_FDS`).
+    /// Throws, leaving it open, unless it is a listening stream socket on a loopback address (or
+    /// `allowNonLoopback`).
+    package init(adopting descriptor: Int32, allowNonLoopback: Bool) throws(TunnelFailure) {
+        func option(_ name: Int32) -> Int32? {
+            var value: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            return getsockopt(descriptor, SOL_SOCKET, name, &value, &length) == 0 ? value : nil
+        }
+        guard let type = option(SO_TYPE), type == Int32(SOCK_STREAM.rawValue), option(SO_ACCEPTCONN) == 1 else {
+            throw .configuration(ConfigurationError(
+                "descriptor \(descriptor) handed over (LISTEN_FDS) is not a listening stream socket: "
+                    + "give the socket unit a ListenStream= line"), subject: .listenAddress)
+        }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        _ = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard let (numeric, boundPort) = SocketAddress.numeric(storage) else {
+            throw .configuration(ConfigurationError(
+                "descriptor \(descriptor) handed over (LISTEN_FDS) is not a TCP socket: give the socket unit a ListenStream= line with an address and port"),
+                subject: .listenAddress)
+        }
+        let shown = HostText.withPort(numeric, boundPort)
+        guard allowNonLoopback || (try? ListenAddress.parse(shown, allowNonLoopback: false)) != nil else {
+            throw .configuration(ConfigurationError(
+                "the socket handed over (LISTEN_FDS) is bound to \(shown), not a loopback address: bind it to 127.0.0.1 "
+                    + "(ListenStream=127.0.0.1:PORT in the socket unit), or \(ConfigurationError.Setting.allowNonLoopback.placeholder)"))
+        }
+        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+        fd = descriptor
+        port = boundPort
+        host = numeric
+        inherited = true
     }
 
     deinit { close() }
@@ -74,11 +120,18 @@ package final class LoopbackListener: @unchecked Sendable {
     /// Accepts on a dedicated thread until `close()`, handing each connected socket to `onAccept`
     /// (which then owns it).
     package func startAccepting(_ onAccept: @escaping @Sendable (Int32) -> Void) {
+        accepting.withLock { $0 = true }
         PThread.start(name: "cfat accept") { [self] in
             while !closed.withLock({ $0 }) {
+                if inherited {
+                    // Woken at least four times a second to see `closed`: the socket is never
+                    // shut down, which would end it for the process that handed it over too.
+                    var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    if poll(&ready, 1, 250) <= 0 { continue }
+                }
                 let client = accept(fd, nil, nil)
                 if client < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    if errno == EINTR || errno == ECONNABORTED || errno == EAGAIN || errno == EWOULDBLOCK { continue }
                     if errno == EMFILE || errno == ENFILE {
                         // Out of descriptors: back off instead of spinning.
                         usleep(50_000)
@@ -99,7 +152,13 @@ package final class LoopbackListener: @unchecked Sendable {
     package func close() {
         let first = closed.withLock { c -> Bool in defer { c = true }; return !c }
         guard first else { return }
-        _ = shutdown(fd, Int32(SHUT_RDWR))
+        if inherited {
+            // What waits in the backlog stays there for the next process the socket starts; a
+            // connection being accepted now is handed on before this returns.
+            if accepting.withLock({ $0 }) { stopped.wait() }
+        } else {
+            _ = shutdown(fd, Int32(SHUT_RDWR))
+        }
         Glibc.close(fd)
     }
 }

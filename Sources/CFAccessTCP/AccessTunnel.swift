@@ -61,6 +61,9 @@ public actor AccessTunnel {
         /// top of the usual certificate checks. Empty: no pinning. The login's HTTPS requests to
         /// the same host are pinned too (``AccessLoginConfiguration/pins``).
         public var pins: [PublicKeyPin]
+        /// A listening socket handed over (systemd socket activation) to accept on instead of
+        /// binding ``listenAddress``; nil: bind it.
+        public var listeningSocket: ListeningSocket?
 
         /// The library's defaults: 127.0.0.1 on a free port, 15 s to connect, retries after
         /// 1/5/15 s, one connection, keepalive every 30 s, a 5 s half-close linger, and a
@@ -71,7 +74,7 @@ public actor AccessTunnel {
                     limits: ListenerLimits = .singleConnection, keepaliveInterval: Duration = .seconds(30),
                     resolveOverrides: [ResolveOverride] = [], proxy: ProxySettings? = nil,
                     halfCloseLinger: Duration = .seconds(5), listensWhenEdgeUnreachable: Bool = false,
-                    pins: [PublicKeyPin] = []) {
+                    pins: [PublicKeyPin] = [], listeningSocket: ListeningSocket? = nil) {
             self.connectTo = connectTo
             self.caFile = caFile
             self.extraHeaders = extraHeaders
@@ -86,6 +89,7 @@ public actor AccessTunnel {
             self.halfCloseLinger = halfCloseLinger
             self.listensWhenEdgeUnreachable = listensWhenEdgeUnreachable
             self.pins = pins
+            self.listeningSocket = listeningSocket
         }
     }
 
@@ -471,7 +475,7 @@ public actor AccessTunnel {
                 return
             }
             let transport = self.transport
-            let address = options.listenAddress
+            let address: ListenPlace = options.listeningSocket.map { .socket($0) } ?? .address(options.listenAddress)
             let limits = options.limits
             let authorizer = connectionAuthorizer()
             work.append(Task {

@@ -28,7 +28,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         }
     }
 
-    package func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+    package func serve(_ configuration: CarrierConfiguration, on place: ListenPlace,
                       limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
         let active = ActiveConnections()
         // A listener that stops after its first connection ends with that connection.
@@ -76,7 +76,11 @@ package struct LiveTunnelTransport: TunnelTransport {
         loopBox.withLock { $0 = loop }
         let listener: LoopbackListener
         do {
-            listener = try LoopbackListener(address: address)
+            switch place {
+            case .address(let address): listener = try LoopbackListener(address: address)
+            case .socket(let socket):
+                listener = try LoopbackListener(adopting: socket.descriptor, allowNonLoopback: socket.allowsNonLoopback)
+            }
         } catch {
             await Self.shutdown(loop)
             throw error
@@ -102,7 +106,39 @@ package struct LiveTunnelTransport: TunnelTransport {
                 }
             }
         }
-        return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop, end: single ? ended : nil)
+        if let idle = limits.idleExit {
+            Self.exitWhenIdle(after: idle, listener: listener, active: active, ended: ended, logger: logger)
+        }
+        return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop,
+                           end: single || limits.idleExit != nil ? ended : nil)
+    }
+
+    /// Stops `listener` once `active` has held no connection for `idle`, then ends the serving
+    /// cleanly (`ended`) when the connections accepted before that have ended too. Checked four
+    /// times a second; a connection accepted meanwhile starts the count again.
+    private static func exitWhenIdle(after idle: Duration, listener: LoopbackListener, active: ActiveConnections,
+                                     ended: OneShot<TunnelEnd>, logger: Logger) {
+        Task {
+            let clock = ContinuousClock()
+            var idleSince: ContinuousClock.Instant?
+            while ended.current == nil {
+                try? await Task.sleep(for: .milliseconds(250))
+                guard active.isIdle else {
+                    idleSince = nil
+                    continue
+                }
+                let since = idleSince ?? clock.now
+                idleSince = since
+                guard clock.now - since >= idle else { continue }
+                logger.info("no connection for \(idle.components.seconds) s: the listener stops (the next connection starts it again under socket activation)")
+                // No more accepting: what waits in the backlog stays there. A connection accepted
+                // just before is served to its end first.
+                listener.close()
+                while !active.isIdle { try? await Task.sleep(for: .milliseconds(100)) }
+                ended.fulfil(.listenerIdle(after: idle))
+                return
+            }
+        }
     }
 
     /// Gets a request from `authorizer` and bridges `fd` with it. The first dial of a connection

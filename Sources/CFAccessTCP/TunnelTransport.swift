@@ -9,6 +9,10 @@ public struct ListenerLimits: Sendable, Equatable {
     public var maxConcurrentConnections: Int?
     /// Close the listener once the first connection is accepted.
     public var stopAcceptingAfterFirstConnection: Bool
+    /// Stop the listener once no connection has been open for this long, and end the session
+    /// cleanly (nil: never). For socket activation: the service manager starts the process again
+    /// on the next connection, and what waits in the socket's backlog meanwhile stays there.
+    public var idleExit: Duration?
 
     /// The library's defaults: one connection, then stop listening (an SSH client's one session).
     public static let singleConnection = ListenerLimits(maxConcurrentConnections: 1, stopAcceptingAfterFirstConnection: true)
@@ -16,10 +20,36 @@ public struct ListenerLimits: Sendable, Equatable {
     public static let unlimited = ListenerLimits(maxConcurrentConnections: nil, stopAcceptingAfterFirstConnection: false)
 
     /// Creates limits.
-    public init(maxConcurrentConnections: Int?, stopAcceptingAfterFirstConnection: Bool) {
+    public init(maxConcurrentConnections: Int?, stopAcceptingAfterFirstConnection: Bool, idleExit: Duration? = nil) {
         self.maxConcurrentConnections = maxConcurrentConnections
         self.stopAcceptingAfterFirstConnection = stopAcceptingAfterFirstConnection
+        self.idleExit = idleExit
     }
+}
+
+/// A listening TCP socket handed to the process, as systemd's socket activation does
+/// (`LISTEN_FDS`, `sd_listen_fds(3)`): the listener accepts on it instead of binding
+/// ``AccessTunnel/Options/listenAddress``. From `connect` on the tunnel owns the descriptor and
+/// closes it in the end, but never shuts it down: the service manager keeps a copy, and what
+/// waits in its backlog stays for the next process. It must be bound to a loopback address unless
+/// non-loopback addresses are allowed.
+public struct ListeningSocket: Sendable, Equatable {
+    /// The descriptor (3 for systemd's first socket).
+    public let descriptor: Int32
+    /// Whether a socket bound to another address than loopback is accepted.
+    public let allowsNonLoopback: Bool
+
+    /// The listening socket `descriptor`.
+    public init(descriptor: Int32, allowsNonLoopback: Bool = false) {
+        self.descriptor = descriptor
+        self.allowsNonLoopback = allowsNonLoopback
+    }
+}
+
+/// Where a listener accepts: an address it binds, or a socket handed over.
+package enum ListenPlace: Sendable, Equatable {
+    case address(ListenAddress)
+    case socket(ListeningSocket)
 }
 
 /// A running local side of a session.
@@ -53,9 +83,9 @@ package protocol ConnectionAuthorizer: Sendable {
 package protocol TunnelTransport: Sendable {
     /// Opens one WebSocket with `configuration` to prove the edge accepts it, then closes it.
     func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure?
-    /// Listens on `address` and bridges accepted connections within `limits`, each with the
+    /// Listens on `place` and bridges accepted connections within `limits`, each with the
     /// request of `authorizer` if given, else with `configuration`'s.
-    func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+    func serve(_ configuration: CarrierConfiguration, on place: ListenPlace,
                limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel
     /// Opens a WebSocket and returns a connected socket bridged to it.
     func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel)

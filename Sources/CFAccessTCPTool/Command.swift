@@ -117,6 +117,7 @@ struct TCPCommand: AsyncParsableCommand {
             throw usageFailure(error.withFlags)
         }
         let logger = logging.logger
+        if settings.listeningSocket != nil { SocketActivation.forgetVariables() }
         let report = FailureReport(logger: logger, toLogFile: flags.logfile != nil || flags.logDirectory != nil)
         let transport = LiveTunnelTransport(logger: logger) { message in report.line(message) }
         let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: transport)
@@ -134,9 +135,9 @@ struct TCPCommand: AsyncParsableCommand {
             }
         }
         defer { withExtendedLifetime(signals) {} }
-        if let listen = settings.listen {
-            try await serveListener(tunnel, settings: settings, listen: listen, listening: listening, stop: stop,
-                                    report: report)
+        if settings.listens {
+            try await serveListener(tunnel, settings: settings, listening: listening, stop: stop, report: report,
+                                    environment: environment)
         } else {
             try await serveStdio(tunnel, settings: settings, report: report)
         }
@@ -182,9 +183,10 @@ struct TCPCommand: AsyncParsableCommand {
 
     /// Listener mode: until SIGINT/SIGTERM (exit 0), or, with `--single-connection`, until its
     /// one connection ended (exit status of how it ended; each failed connection's line is
-    /// already reported).
-    private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listen: ListenAddress,
-                               listening: LockedBox<Bool>, stop: OneShot<Void>, report: FailureReport) async throws {
+    /// already reported), or with `--exit-when-idle` once idle (exit 0). Under systemd it says
+    /// `READY=1` once listening and `STOPPING=1` when it starts to stop (`Type=notify`).
+    private func serveListener(_ tunnel: AccessTunnel, settings: TunnelSettings, listening: LockedBox<Bool>,
+                               stop: OneShot<Void>, report: FailureReport, environment: [String: String]) async throws {
         let port: UInt16
         let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
         defer { notice.cancel() }
@@ -196,9 +198,10 @@ struct TCPCommand: AsyncParsableCommand {
             await tunnel.disconnect()
             throw ExitStatus(error).code
         }
-        let shown = HostText.withPort(listen.host, Int(port))
+        let shown = settings.listen.map { HostText.withPort($0.host, Int(port)) } ?? "the socket from systemd (port \(port))"
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
         listening.withLock { $0 = true }
+        ServiceNotification.send("READY=1\nSTATUS=listening on \(shown) for \(settings.origin.host)", environment: environment)
         // The session leaves `.connected` by itself when a single-connection listener's
         // connection has ended.
         let watcher = Task {
@@ -208,6 +211,7 @@ struct TCPCommand: AsyncParsableCommand {
             }
         }
         await stop.wait()
+        ServiceNotification.send("STOPPING=1", environment: environment)
         watcher.cancel()
         let end = await tunnel.lastEnd
         await tunnel.disconnect()

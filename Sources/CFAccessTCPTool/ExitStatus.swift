@@ -53,7 +53,7 @@ enum ExitStatus: Int32, Sendable, CaseIterable {
     /// The status of a run whose tunnel ended this way.
     init(_ end: TunnelEnd) {
         switch end {
-        case .closedByLocal, .shutdown: self = .success
+        case .closedByLocal, .shutdown, .listenerIdle: self = .success
         case .closedByEdge: self = end.isClean ? .success : .connectionLost
         case .reset, .keepaliveTimeout, .writeFailed: self = .connectionLost
         case .protocolViolation: self = .protocolError

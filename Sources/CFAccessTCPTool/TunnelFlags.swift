@@ -100,6 +100,14 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
             help: "Pin the edge's public key: sha256//BASE64 (curl's --pinnedpubkey form; several separated by commas, or --pin again). The dial fails unless the edge's leaf or another certificate of its chain carries one; the login's HTTPS to the same host is pinned too.")
     var pin: [String] = []
 
+    @Option(name: .customLong("service-token-secret-file"),
+            help: "Read the service token secret from this file (its first line; for systemd credentials, and so that ps never shows it).")
+    var serviceTokenSecretFile: String?
+
+    @Option(name: .customLong("exit-when-idle"), parsing: .unconditional,
+            help: "Listener: exit (0) after this many seconds with no connection open; 0 never does. For socket activation, where systemd starts the tool again on the next connection.")
+    var exitWhenIdle: Int = 0
+
     @Flag(name: .customLong("fail-fast"),
           help: "With --url: exit at start (69) when the edge cannot be reached, instead of listening all the same and dialling the edge for each connection as it comes.")
     var failFast = false

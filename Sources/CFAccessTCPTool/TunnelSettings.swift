@@ -9,8 +9,13 @@ struct TunnelSettings {
     let origin: OriginURL
     let method: AuthenticationMethod
     let options: AccessTunnel.Options
-    /// nil = stdin/stdout (ProxyCommand mode).
+    /// The address to listen on (nil: stdin/stdout, ProxyCommand mode, unless a socket was
+    /// handed over).
     let listen: ListenAddress?
+    /// A listening socket systemd handed over (`LISTEN_FDS`): the listener accepts on it.
+    let listeningSocket: ListeningSocket?
+    /// Listener mode: an address, or a socket handed over.
+    var listens: Bool { listen != nil || listeningSocket != nil }
     /// The built-in login, when the method uses it.
     let provider: AccessTokenProvider?
 
@@ -30,7 +35,13 @@ struct TunnelSettings {
         if !flags.allowCoreDumps { SecretMemory.protect() }
 
         let id = pick(flags.serviceTokenID, "TUNNEL_SERVICE_TOKEN_ID")
-        let secret = pick(flags.serviceTokenSecret, "TUNNEL_SERVICE_TOKEN_SECRET")
+        var secret = pick(flags.serviceTokenSecret, "TUNNEL_SERVICE_TOKEN_SECRET")
+        if let file = flags.serviceTokenSecretFile {
+            guard flags.serviceTokenSecret == nil else {
+                throw ConfigurationError("--service-token-secret and --service-token-secret-file were both given: give one")
+            }
+            secret = try Self.secret(fromFile: file)
+        }
         var serviceToken: ServiceToken?
         switch (id, secret) {
         case let (id?, secret?):
@@ -79,7 +90,9 @@ struct TunnelSettings {
             origin: origin, userAgent: Version.userAgent, serviceToken: serviceToken,
             accessToken: serviceToken == nil ? accessToken : nil, destination: destination, extraHeaders: extra)
 
-        listen = try pick(flags.url, "TUNNEL_SERVICE_URL").map { raw throws(ConfigurationError) in
+        listeningSocket = SocketActivation.socket(environment: environment, allowNonLoopback: flags.allowNonLoopback)
+        // A socket handed over wins over --url: one unit file serves both ways of starting.
+        listen = listeningSocket != nil ? nil : try pick(flags.url, "TUNNEL_SERVICE_URL").map { raw throws(ConfigurationError) in
             try ListenAddress.parse(raw, allowNonLoopback: flags.allowNonLoopback)
         }
         // NO_PROXY names the Access hostname, as curl matches the URL's host (not --connect-to).
@@ -89,10 +102,11 @@ struct TunnelSettings {
             listenAddress: listen ?? .loopbackAnyPort, connectTimeout: .seconds(flags.connectTimeout),
             retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: RetryPolicy.standard.delays),
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
-                                   stopAcceptingAfterFirstConnection: flags.singleConnection),
+                                   stopAcceptingAfterFirstConnection: flags.singleConnection,
+                                   idleExit: flags.exitWhenIdle > 0 ? .seconds(flags.exitWhenIdle) : nil),
             keepaliveInterval: .seconds(flags.keepalive), resolveOverrides: resolve, proxy: proxy,
             halfCloseLinger: .seconds(flags.halfCloseLinger), listensWhenEdgeUnreachable: !flags.failFast,
-            pins: pins)
+            pins: pins, listeningSocket: listeningSocket)
         // The ranges are the library's (AccessTunnel.Options.validate); the words name our flags.
         do {
             try options.validate()
@@ -110,17 +124,39 @@ struct TunnelSettings {
         self.options = options
     }
 
+    /// The service token secret in `file`: its first line without surrounding white space (a
+    /// file written by `echo` or an editor ends with a newline).
+    static func secret(fromFile file: String) throws(ConfigurationError) -> String {
+        guard let bytes = FileDescriptors.readSmallFile(file, limit: 64 << 10) else {
+            throw ConfigurationError("cannot read the service token secret from --service-token-secret-file \(file): "
+                                     + "\(SystemError.current().text); give a readable file holding the secret")
+        }
+        let firstLine = String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).first ?? ""
+        let scalars = firstLine.unicodeScalars.drop { $0.properties.isWhitespace }
+        var secret = String(String.UnicodeScalarView(scalars))
+        while let last = secret.unicodeScalars.last, last.properties.isWhitespace { secret.unicodeScalars.removeLast() }
+        guard !secret.isEmpty else {
+            throw ConfigurationError("--service-token-secret-file \(file) is empty: put the secret on its first line")
+        }
+        return secret
+    }
+
     /// Flags that contradict each other, or numbers below zero, are refused before anything else
     /// (issue 12.12), each with one line that says what to do.
     static func checkCombinations<Names>(_ flags: TunnelFlagsNamed<Names>, environment: [String: String]) throws(ConfigurationError) {
         let numbers: [(String, Int?)] = [("--connect-timeout", flags.connectTimeout), ("--keepalive", flags.keepalive),
-                                         ("--retries", flags.retries), ("--max-connections", flags.maxConnections)]
+                                         ("--retries", flags.retries), ("--max-connections", flags.maxConnections),
+                                         ("--exit-when-idle", flags.exitWhenIdle)]
         for case let (flag, value?) in numbers where value < 0 {
             throw ConfigurationError("\(flag) must be ≥ 0 (got \(value))")
         }
         try checkCAFile(flags.caFile)
         let listening = flags.url != nil || !(environment["TUNNEL_SERVICE_URL"] ?? "").isEmpty
+            || SocketActivation.socket(environment: environment, allowNonLoopback: true) != nil
         if !listening {
+            if flags.exitWhenIdle > 0 {
+                throw ConfigurationError("--exit-when-idle needs --url (or a socket from systemd): stdin/stdout ends with its one connection")
+            }
             if flags.singleConnection {
                 throw ConfigurationError("--single-connection needs --url: without it stdin/stdout is already one connection")
             }

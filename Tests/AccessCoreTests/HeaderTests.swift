@@ -302,6 +302,9 @@ struct RequestBuilderTests {
         ("[2001:DB8::1]:22", "[2001:db8::1]:22"),
         ("tcp://ssh.internal:22", "ssh.internal:22"),
         ("ssh://ssh.internal:22/", "ssh.internal:22"),
+        ("tcp://ssh.internal:22/path", "ssh.internal:22"),
+        ("ssh.internal:22/some/path", "ssh.internal:22"),
+        ("tcp://[2001:db8::1]:22/x", "[2001:db8::1]:22"),
         ("bücher.internal:22", "xn--bcher-kva.internal:22"),
     ])
     func destinationAccepted(_ raw: String, _ sent: String) throws {

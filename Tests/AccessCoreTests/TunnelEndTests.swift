@@ -8,7 +8,7 @@ import Testing
 struct TunnelEndTests {
     @Test("clean ends give no failure", arguments: [
         TunnelEnd.closedByLocal(code: 1000), .closedByEdge(code: 1000), .closedByEdge(code: 1001),
-        .closedByEdge(code: nil), .shutdown,
+        .closedByEdge(code: nil), .shutdown, .listenerIdle(after: .seconds(600)),
     ])
     func clean(end: TunnelEnd) {
         #expect(end.isClean)
@@ -37,6 +37,9 @@ struct TunnelEndTests {
         #expect(failure?.category == .protocolViolation)
         #expect(failure?.isRetryable == false)
         #expect(TunnelEnd.keepaliveTimeout(after: .seconds(90)).failure(host: "h")?.category == .transport)
+        let idle = TunnelEnd.listenerIdle(after: .seconds(600))
+        #expect(idle.message(host: "ssh.example.com") == "the listener for ssh.example.com stopped after 600 s without a connection")
+        #expect(idle.description == "listener idle for 600 s")
     }
 
     @Test("every end has its own plain line, each case")

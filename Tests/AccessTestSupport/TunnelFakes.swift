@@ -85,7 +85,7 @@ package final class ScriptedTransport: TunnelTransport, @unchecked Sendable {
         }
     }
 
-    package func serve(_ configuration: CarrierConfiguration, on address: ListenAddress,
+    package func serve(_ configuration: CarrierConfiguration, on place: ListenPlace,
                limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel {
         lock.withLock {
             servedLimits.append(limits)

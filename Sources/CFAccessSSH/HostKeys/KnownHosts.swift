@@ -82,31 +82,10 @@ public struct KnownHosts: Sendable {
     /// skipped, as OpenSSH skips them.
     public func entries(host: String, port: Int) throws(SSHFailure) -> [Entry] {
         guard FileManager.default.fileExists(atPath: path) else { return [] }
-        guard let data = Self.contents(of: path) else {
+        guard let data = FileDescriptors.readSmallFile(path) else {
             throw SSHFailure(.localIO, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
         return Self.entries(in: String(decoding: data, as: UTF8.self), naming: Self.entryName(host: host, port: port))
-    }
-
-    /// The bytes of the file at `path`, read to its end; nil (errno set) if it cannot be opened
-    /// or read. A character device reads as what it gives: `/dev/null` as an empty file, as
-    /// OpenSSH reads `UserKnownHostsFile /dev/null` (FileManager's `contents(atPath:)` fails on it).
-    static func contents(of path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 << 10)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n > 0 {
-                bytes += chunk[0..<n]
-            } else if n == 0 {
-                return bytes
-            } else if errno != EINTR {
-                return nil
-            }
-        }
     }
 
     /// The verdict of `entries` (those naming the host) on `key`, by OpenSSH's rules for a
@@ -222,7 +201,7 @@ public struct KnownHosts: Sendable {
         defer { close(fd) }
         // A file whose last line lacks its newline gets one first.
         var prefix = ""
-        if let existing = Self.contents(of: path), let last = existing.last, last != UInt8(ascii: "\n") {
+        if let existing = FileDescriptors.readSmallFile(path), let last = existing.last, last != UInt8(ascii: "\n") {
             prefix = "\n"
         }
         let line = prefix + "\(Self.entryName(host: host, port: port)) \(key.knownHostsText)\n"
