@@ -109,6 +109,8 @@ public actor AccessTunnel {
     private var serving: (any ServingTunnel)?
     private var stream: TunnelStream?
     private var pendingStream: (TunnelStream, any ServingTunnel)?
+    /// The running listener's service token, replaceable (``replaceServiceToken(_:)``).
+    private var serviceTokenAuthorizer: ServiceTokenAuthorizer?
     private var work: [Task<Void, Never>] = []
     private var deadline: Task<Void, Never>?
     private var generation = 0
@@ -179,6 +181,21 @@ public actor AccessTunnel {
         try await start(hostname: hostname, method: method, mode: .stream)
         guard case .connected = machine.state, let stream else { throw failureOfCurrentState() }
         return stream
+    }
+
+    /// Replaces the service token of a session that uses one (a secret rotated on disk): the
+    /// listener's new connections, and any later dial, carry `token`; open connections keep the
+    /// one they opened with. Returns whether the session uses a service token (else nothing
+    /// changes).
+    @discardableResult
+    public func replaceServiceToken(_ token: ServiceToken) -> Bool {
+        switch method {
+        case .serviceToken: method = .serviceToken(token)
+        case .serviceTokenWithOAuthFallback(_, let flow): method = .serviceTokenWithOAuthFallback(token, flow)
+        case .oauth, .accessToken, .none: return false
+        }
+        serviceTokenAuthorizer?.replace(with: token)
+        return true
     }
 
     /// Closes the listener and every bridged connection (each WebSocket with a Close frame) and
@@ -491,8 +508,17 @@ public actor AccessTunnel {
     }
 
     /// With an OAuth token, every connection of the listener asks the flow for the current token
-    /// (and refreshes it once if Access refuses it); with a service token the request is fixed.
+    /// (and refreshes it once if Access refuses it); with a service token every connection takes
+    /// the current one (``replaceServiceToken(_:)``), never dialled again on a refusal.
     private func connectionAuthorizer() -> (any ConnectionAuthorizer)? {
+        if currentCredential == .serviceToken, let token = method.serviceToken, let origin {
+            let options = self.options
+            let authorizer = ServiceTokenAuthorizer(token: token) { (token: ServiceToken) throws(TunnelFailure) in
+                try Self.upgradeRequest(origin: origin, options: options, serviceToken: token, accessToken: nil)
+            }
+            serviceTokenAuthorizer = authorizer
+            return authorizer
+        }
         guard currentCredential == .oauth, let origin, let flow = oauthFlow else { return nil }
         let options = self.options
         return OAuthConnectionAuthorizer(flow: flow, origin: origin) { (token: String?) throws(TunnelFailure) in

@@ -99,11 +99,11 @@ package struct LiveTunnelTransport: TunnelTransport {
                 active.attach(fd: fd, id: loop.bridge(socket: fd))
                 return
             }
+            let rememberFirst: @Sendable (UpgradeRequest) -> Void = { request in firstRequests.withLock { $0[fd] = request } }
+            let remember: (@Sendable (UpgradeRequest) -> Void)? = authorizer.redialsOnRefusal ? rememberFirst : nil
             Task {
                 await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil,
-                                              active: active, report: report, onFailure: endIfIdle) { request in
-                    firstRequests.withLock { $0[fd] = request }
-                }
+                                              active: active, report: report, onFailure: endIfIdle, remember: remember)
             }
         }
         if let idle = limits.idleExit {

@@ -77,6 +77,14 @@ package protocol ConnectionAuthorizer: Sendable {
     /// `rejected`, Access refused a connection that carried that request: get a fresh credential
     /// (unless another connection already did).
     func request(rejected: UpgradeRequest?) async throws(TunnelFailure) -> (UpgradeRequest, CredentialKind)
+    /// Whether a connection Access refuses is dialled once more with `request(rejected:)`: only
+    /// when a fresh credential can be had (an OAuth login), not for a fixed service token.
+    var redialsOnRefusal: Bool { get }
+}
+
+extension ConnectionAuthorizer {
+    /// Redials by default.
+    package var redialsOnRefusal: Bool { true }
 }
 
 /// The effectful parts a session drives; replaced by scripted doubles in tests.

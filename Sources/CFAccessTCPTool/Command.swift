@@ -202,6 +202,15 @@ struct TCPCommand: AsyncParsableCommand {
         writeStderr("cf-access-tcp: listening on \(shown) for \(settings.origin.host)")
         listening.withLock { $0 = true }
         ServiceNotification.send("READY=1\nSTATUS=listening on \(shown) for \(settings.origin.host)", environment: environment)
+        // SIGHUP (systemd's reload) re-reads the secret file; only with one, so that a listener
+        // in a terminal still ends when the terminal does.
+        let reload = settings.secretFile.map { file in
+            handleInterrupts([SIGHUP]) { _ in
+                Task { await Self.reloadSecret(from: file, tunnel: tunnel, settings: settings, logger: report.logger,
+                                               environment: environment) }
+            }
+        }
+        defer { withExtendedLifetime(reload) {} }
         // The session leaves `.connected` by itself when a single-connection listener's
         // connection has ended.
         let watcher = Task {
@@ -216,6 +225,28 @@ struct TCPCommand: AsyncParsableCommand {
         let end = await tunnel.lastEnd
         await tunnel.disconnect()
         if let end, !end.isClean { throw ExitStatus(end).code }
+    }
+}
+
+extension TCPCommand {
+    /// SIGHUP: the secret file read again; new connections carry the new secret, open ones keep
+    /// theirs. A file that cannot be read keeps the current secret, with one line saying why.
+    static func reloadSecret(from file: String, tunnel: AccessTunnel, settings: TunnelSettings, logger: Logger,
+                             environment: [String: String]) async {
+        let clientID: String
+        switch settings.method {
+        case .serviceToken(let token), .serviceTokenWithOAuthFallback(let token, _): clientID = token.clientID
+        case .oauth, .accessToken, .none: return
+        }
+        ServiceNotification.send("RELOADING=1", environment: environment)
+        defer { ServiceNotification.send("READY=1", environment: environment) }
+        do throws(ConfigurationError) {
+            let token = try ServiceToken(clientID: clientID, clientSecret: try TunnelSettings.secret(fromFile: file))
+            await tunnel.replaceServiceToken(token)
+            logger.info("SIGHUP: the service token secret was read again from \(file); new connections carry it")
+        } catch {
+            logger.error("SIGHUP: \(error.withFlags); the current secret stays")
+        }
     }
 }
 
@@ -281,10 +312,11 @@ func usageFailure(_ message: String) -> ExitCode {
     return ExitCode.validationFailure
 }
 
-/// Handles SIGINT and SIGTERM on a dispatch queue instead of dying at once. The handling lasts
-/// as long as the returned sources live.
-func handleInterrupts(_ handler: @escaping @Sendable (Int32) -> Void) -> [DispatchSourceSignal] {
-    [SIGINT, SIGTERM].map { (number: Int32) -> DispatchSourceSignal in
+/// Handles `signals` (SIGINT and SIGTERM unless told otherwise) on a dispatch queue instead of
+/// dying at once. The handling lasts as long as the returned sources live.
+func handleInterrupts(_ signals: [Int32] = [SIGINT, SIGTERM],
+                      _ handler: @escaping @Sendable (Int32) -> Void) -> [DispatchSourceSignal] {
+    signals.map { (number: Int32) -> DispatchSourceSignal in
         signal(number, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
         source.setEventHandler { handler(number) }

@@ -14,6 +14,8 @@ struct TunnelSettings {
     let listen: ListenAddress?
     /// A listening socket systemd handed over (`LISTEN_FDS`): the listener accepts on it.
     let listeningSocket: ListeningSocket?
+    /// `--service-token-secret-file`, read again on SIGHUP.
+    let secretFile: String?
     /// Listener mode: an address, or a socket handed over.
     var listens: Bool { listen != nil || listeningSocket != nil }
     /// The built-in login, when the method uses it.
@@ -35,6 +37,7 @@ struct TunnelSettings {
         if !flags.allowCoreDumps { SecretMemory.protect() }
 
         let id = pick(flags.serviceTokenID, "TUNNEL_SERVICE_TOKEN_ID")
+        secretFile = flags.serviceTokenSecretFile
         var secret = pick(flags.serviceTokenSecret, "TUNNEL_SERVICE_TOKEN_SECRET")
         if let file = flags.serviceTokenSecretFile {
             guard flags.serviceTokenSecret == nil else {

@@ -311,13 +311,20 @@ struct ConnectionAuthorizerTests {
         await tunnel.disconnect()
     }
 
-    @Test("a service token needs no authorizer; a failing refresh reaches the connection")
+    @Test("a service token: each connection carries the current one, replaceable while the listener runs, never redialled; a failing refresh reaches the connection")
     func serviceTokenAndFailure() async throws {
         let plain = ScriptedTransport([.succeed])
         let tunnel = makeTunnel(plain, clock: ManualClock())
         _ = try await tunnel.connect(hostname: "ssh.example.com", method: .serviceToken(token))
         #expect(plain.servedAuthorizers.count == 1)
-        #expect(plain.servedAuthorizers.first.map { $0 == nil } == true)
+        let carried = try #require(plain.servedAuthorizers.first ?? nil)
+        #expect(!carried.redialsOnRefusal)
+        let (first, kind) = try await carried.request(rejected: nil)
+        #expect(kind == .serviceToken)
+        #expect(first.value(forHeader: "Cf-Access-Client-Secret") == token.clientSecret)
+        let rotated = try ServiceToken(clientID: token.clientID, clientSecret: "rotated-secret-0123456789")
+        #expect(await tunnel.replaceServiceToken(rotated))
+        #expect(try await carried.request(rejected: nil).0.value(forHeader: "Cf-Access-Client-Secret") == rotated.clientSecret)
         await tunnel.disconnect()
 
         // A fixed access token cannot be refreshed: the refused connection gets the plain failure.

@@ -113,6 +113,55 @@ struct SystemdServiceTests {
         #expect(notify.next(timeout: 5) == "STOPPING=1")
     }
 
+    @Test("SIGHUP (systemd's reload) reads the secret file again: new connections carry the new secret, an open one keeps its tunnel; RELOADING=1 then READY=1")
+    func reloadOnSIGHUP() throws {
+        let directory = try makeTempDir("cfat-systemd")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let echoTarget = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: echoTarget.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let notify = try NotifySocket(directory: directory)
+        let secret = try secretFile(in: directory)
+        let listener = try ListenerProcess(arguments: edgeArguments(edge, secretFile: secret),
+                                           environment: ["NOTIFY_SOCKET": notify.path])
+        defer { listener.stop() }
+        #expect(notify.next(timeout: 30)?.hasPrefix("READY=1") == true)
+        let open = try ClientSocket(port: listener.port)
+        try open.send(Array("before\n".utf8))
+        var back = [UInt8]()
+        _ = try open.receive(count: 7) { back += $0 }
+        #expect(back == Array("before\n".utf8))
+
+        // The secret on disk is rotated to one Access refuses.
+        try "not-the-secret-anymore\n".write(to: secret, atomically: true, encoding: .utf8)
+        listener.process.send(signal: SIGHUP)
+        #expect(notify.next(timeout: 30) == "RELOADING=1")
+        #expect(notify.next(timeout: 30) == "READY=1")
+        #expect(listener.process.stderrText.contains("SIGHUP: the service token secret was read again from \(secret.path)"))
+        let refused = try ClientSocket(port: listener.port)
+        let (bytes, _) = refused.readToEnd(timeout: 30)
+        #expect(bytes.isEmpty)
+        _ = try listener.process.waitForStderr(containing: "Cloudflare Access rejected the service token for \(testHost)", timeout: 30)
+        // The connection opened before keeps its tunnel.
+        try open.send(Array("after\n".utf8))
+        back = []
+        _ = try open.receive(count: 6) { back += $0 }
+        #expect(back == Array("after\n".utf8))
+
+        // Back to the right secret; an unreadable file keeps the current one.
+        try "\(testTokenSecret)\n".write(to: secret, atomically: true, encoding: .utf8)
+        listener.process.send(signal: SIGHUP)
+        #expect(notify.next(timeout: 30) == "RELOADING=1")
+        #expect(notify.next(timeout: 30) == "READY=1")
+        #expect(try echo("rotated back\n", port: listener.port) == "rotated back\n")
+        try FileManager.default.removeItem(at: secret)
+        listener.process.send(signal: SIGHUP)
+        #expect(notify.next(timeout: 30) == "RELOADING=1")
+        #expect(notify.next(timeout: 30) == "READY=1")
+        _ = try listener.process.waitForStderr(containing: "SIGHUP: cannot read the service token secret", timeout: 30)
+        #expect(try echo("still served\n", port: listener.port) == "still served\n")
+        #expect(listener.process.isRunning)
+    }
+
     @Test("a socket handed over on a non-loopback address is refused without --allow-non-loopback (exit 64)")
     func nonLoopbackSocketRefused() throws {
         let launcher = try launcher()
