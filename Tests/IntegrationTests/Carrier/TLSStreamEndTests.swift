@@ -144,8 +144,18 @@ struct TLSStreamEndTests {
                 throw FixtureError("\(run.mode): \(error)\nclient: \(run.client.outputReport())")
             }
         }
-        // Let what was in flight settle, then measure all three over the same 10 s.
-        Thread.sleep(forTimeInterval: 1)
+        // The clients first work through what the edge sent before it went silent (each KeyUpdate
+        // costs a key derivation: seconds on a loaded machine with a coverage build). Wait until
+        // each used under 2% of a core over a second, for 30 s at most (a spinning client never
+        // settles), then measure all three over the same 10 s.
+        let settleBy = Date(timeIntervalSinceNow: 30)
+        var settling = try runs.map { try cpuSeconds($0.client.pid) }
+        while Date() < settleBy {
+            Thread.sleep(forTimeInterval: 1)
+            let now = try runs.map { try cpuSeconds($0.client.pid) }
+            defer { settling = now }
+            if zip(now, settling).allSatisfy({ $0 - $1 < 0.02 }) { break }
+        }
         let before = try runs.map { try cpuSeconds($0.client.pid) }
         Thread.sleep(forTimeInterval: 10)
         let after = try runs.map { try cpuSeconds($0.client.pid) }
