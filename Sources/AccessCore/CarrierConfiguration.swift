@@ -27,6 +27,9 @@ package struct CarrierConfiguration: Sendable {
     /// Pinned public keys: the TLS handshake counts only when the edge's leaf or another
     /// certificate of its chain carries one of them (none: no pinning).
     package var pins: [PublicKeyPin] = []
+    /// A listener's connections: how often, and after which delays, a connection whose dial
+    /// failed in a way worth retrying is dialled again while it waits (`.never`: closed at once).
+    package var connectionRetry = RetryPolicy.never
 
     /// This configuration with another half-close linger (negative counts as 0).
     package func withHalfCloseLinger(_ seconds: Double) -> CarrierConfiguration {

@@ -618,6 +618,8 @@ final class Bridge {
         localFD = -1
         if fd >= 0, handshake.handBackOnRefusal, failure.category == .authentication {
             loop.onEvent(.refused(id: id, socket: fd, failure))
+        } else if fd >= 0, handshake.handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
+            loop.onEvent(.retryable(id: id, socket: fd, attempt: handshake.attempt, failure))
         } else {
             if fd >= 0 { Glibc.close(fd) }
             loop.onEvent(.failed(id: id, failure))

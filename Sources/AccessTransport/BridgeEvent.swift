@@ -10,6 +10,11 @@ package enum BridgeEvent: Sendable {
     /// socket, not read from yet, is handed back to the owner, who closes it or bridges it again
     /// (e.g. with a fresh token).
     case refused(id: Int, socket: Int32, TunnelFailure)
+    /// The dial of a connection bridged with `handBackWhenRetryable` failed in a way worth trying
+    /// again (the edge unreachable, a timeout, an HTTP 5xx): the local socket, not read from yet,
+    /// is handed back with the number of the attempt that failed, for the owner to dial again
+    /// later or to close.
+    case retryable(id: Int, socket: Int32, attempt: Int, TunnelFailure)
     /// Both sides are closed; totals of bytes carried each way, and why it ended.
     case closed(id: Int, toOrigin: Int, fromOrigin: Int, reason: TunnelEnd)
 }

@@ -215,21 +215,29 @@ package final class CarrierLoop: @unchecked Sendable {
     /// `request` (with the `credential` it carries) replaces the configuration's upgrade headers for
     /// this connection only, e.g. with a fresher app token; its origin must be the configuration's.
     /// With `handBackOnRefusal`, an Access refusal of the credential gives the untouched socket
-    /// back (``BridgeEvent/refused(id:socket:_:)``) instead of closing it.
+    /// back (``BridgeEvent/refused(id:socket:_:)``) instead of closing it; with
+    /// `handBackWhenRetryable`, so does a retryable failure of the dial
+    /// (``BridgeEvent/retryable(id:socket:attempt:_:)``, with `attempt`, this dial's number).
     @discardableResult
     package func bridge(socket fd: Int32, request: UpgradeRequest? = nil, credential: CredentialKind? = nil,
-                       handBackOnRefusal: Bool = false) -> Int {
+                       handBackOnRefusal: Bool = false, handBackWhenRetryable: Bool = false, attempt: Int = 1) -> Int {
         var handshake = request.map { Handshake(request: $0, credential: credential ?? configuration.credential) }
             ?? defaultHandshake
         handshake.handBackOnRefusal = handBackOnRefusal
+        handshake.handBackWhenRetryable = handBackWhenRetryable
+        handshake.attempt = attempt
         let id = ids.withLock { n -> Int in n += 1; return n }
         switch route() {
         case .success(let route):
             post(.bridge(id: id, fd: fd, route: route, handshake: handshake))
         case .failure(let failure):
             logger.debug("connection \(id) failed: \(failure.detail)")
-            Glibc.close(fd)
-            onEvent(.failed(id: id, failure))
+            if handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
+                onEvent(.retryable(id: id, socket: fd, attempt: attempt, failure))
+            } else {
+                Glibc.close(fd)
+                onEvent(.failed(id: id, failure))
+            }
         }
         return id
     }
@@ -401,6 +409,10 @@ struct Handshake: Sendable {
     let request: UpgradeRequest
     let credential: CredentialKind
     var handBackOnRefusal = false
+    /// Give the local socket back when the dial fails in a way worth retrying.
+    var handBackWhenRetryable = false
+    /// Which dial of its local connection this is (1: the first).
+    var attempt = 1
 
     init(request: UpgradeRequest, credential: CredentialKind) {
         self.request = request

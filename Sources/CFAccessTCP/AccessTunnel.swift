@@ -37,7 +37,8 @@ public actor AccessTunnel {
         /// Time allowed for authenticating with a credential at hand and opening the WebSocket
         /// (a login in a browser has its own bounds). Between 1 s and 10 min.
         public var connectTimeout: Duration
-        /// Retries of retryable failures (the network, the edge).
+        /// Retries of retryable failures (the network, the edge): of `connect`'s dial, and of each
+        /// dial of a listener's connections, which wait meanwhile.
         public var retry: RetryPolicy
         /// Limits of the local listener.
         public var limits: ListenerLimits
@@ -484,13 +485,15 @@ public actor AccessTunnel {
                 await self.watchEndAfterReady(of: serving, generation: generation)
             })
         case .listener:
-            let configuration: CarrierConfiguration
+            var configuration: CarrierConfiguration
             do {
                 configuration = try carrierConfiguration(currentCredential)
             } catch {
                 work.append(Task { await self.feed(.localFailed(error), generation: generation) })
                 return
             }
+            // Each connection's dial is retried as the session's is, while the connection waits.
+            configuration.connectionRetry = options.retry
             let transport = self.transport
             let address: ListenPlace = options.listeningSocket.map { .socket($0) } ?? .address(options.listenAddress)
             let limits = options.limits

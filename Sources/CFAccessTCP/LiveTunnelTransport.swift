@@ -40,8 +40,41 @@ package struct LiveTunnelTransport: TunnelTransport {
         let loopBox = LockedBox<CarrierLoop?>(nil)
         // The request each first dial carried, by local socket, for the redial after a refusal.
         let firstRequests = LockedBox<[Int32: UpgradeRequest]>([:])
+        // Connections waiting to be dialled again (the retry policy), by local socket: cancelled,
+        // and their sockets closed, when the listener closes.
+        let retry = configuration.connectionRetry
+        let retries = retry.maxAttempts > 1
+        let waiting = LockedBox<[Int32: Task<Void, Never>]>([:])
         let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
             switch event {
+            case .retryable(let id, let fd, let attempt, let failure):
+                // The slot stays taken while the connection waits for its next dial.
+                active.reserve(fd)
+                active.end(id)
+                guard let delay = retry.delay(beforeAttempt: attempt + 1), let loop = loopBox.withLock({ $0 }) else {
+                    FileDescriptors.close(fd)
+                    active.release(fd)
+                    report(failure.message)
+                    endIfIdle(.failedToOpen(failure))
+                    return
+                }
+                logger.info("connection \(id): \(failure.message); dialling again in \(delay) (attempt \(attempt + 1) of \(retry.maxAttempts))")
+                let next = Task {
+                    let slept: Void? = try? await Task.sleep(for: delay)
+                    let mine = waiting.withLock { $0.removeValue(forKey: fd) } != nil
+                    guard slept != nil, mine else {
+                        if mine { FileDescriptors.close(fd) }
+                        active.release(fd)
+                        return
+                    }
+                    if let authorizer {
+                        await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil, active: active,
+                                                      report: report, onFailure: endIfIdle, remember: nil, attempt: attempt + 1)
+                    } else {
+                        active.attach(fd: fd, id: loop.bridge(socket: fd, handBackWhenRetryable: true, attempt: attempt + 1))
+                    }
+                }
+                waiting.withLock { $0[fd] = next }
             case .established(let id):
                 logger.debug("connection \(id) established")
             case .failed(let id, let failure):
@@ -96,21 +129,22 @@ package struct LiveTunnelTransport: TunnelTransport {
                 return
             }
             guard let authorizer else {
-                active.attach(fd: fd, id: loop.bridge(socket: fd))
+                active.attach(fd: fd, id: loop.bridge(socket: fd, handBackWhenRetryable: retries))
                 return
             }
             let rememberFirst: @Sendable (UpgradeRequest) -> Void = { request in firstRequests.withLock { $0[fd] = request } }
             let remember: (@Sendable (UpgradeRequest) -> Void)? = authorizer.redialsOnRefusal ? rememberFirst : nil
             Task {
                 await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil,
-                                              active: active, report: report, onFailure: endIfIdle, remember: remember)
+                                              active: active, report: report, onFailure: endIfIdle, remember: remember,
+                                              attempt: retries ? 1 : nil)
             }
         }
         if let idle = limits.idleExit {
             Self.exitWhenIdle(after: idle, listener: listener, active: active, ended: ended, logger: logger)
         }
         return LiveServing(port: UInt16(listener.port), listener: listener, loop: loop,
-                           end: single || limits.idleExit != nil ? ended : nil)
+                           end: single || limits.idleExit != nil ? ended : nil, waiting: waiting)
     }
 
     /// Stops `listener` once `active` has held no connection for `idle`, then ends the serving
@@ -143,11 +177,13 @@ package struct LiveTunnelTransport: TunnelTransport {
 
     /// Gets a request from `authorizer` and bridges `fd` with it. The first dial of a connection
     /// (`remember` given) hands the socket back if Access refuses the token; the redial does not.
+    /// With `attempt` (the dial's number), a dial that fails in a way worth retrying hands it back
+    /// too, for the listener's retry policy.
     private static func authorizeAndBridge(fd: Int32, loop: CarrierLoop, authorizer: any ConnectionAuthorizer,
                                            rejected: UpgradeRequest?, active: ActiveConnections,
                                            report: @escaping @Sendable (String) -> Void,
                                            onFailure: @escaping @Sendable (TunnelEnd) -> Void,
-                                           remember: (@Sendable (UpgradeRequest) -> Void)?) async {
+                                           remember: (@Sendable (UpgradeRequest) -> Void)?, attempt: Int? = nil) async {
         let request: UpgradeRequest
         let credential: CredentialKind
         do throws(TunnelFailure) {
@@ -160,7 +196,8 @@ package struct LiveTunnelTransport: TunnelTransport {
             return
         }
         remember?(request)
-        let id = loop.bridge(socket: fd, request: request, credential: credential, handBackOnRefusal: remember != nil)
+        let id = loop.bridge(socket: fd, request: request, credential: credential, handBackOnRefusal: remember != nil,
+                             handBackWhenRetryable: attempt != nil, attempt: attempt ?? 1)
         active.attach(fd: fd, id: id)
     }
 
@@ -173,7 +210,7 @@ package struct LiveTunnelTransport: TunnelTransport {
             case .established: outcome.fulfil(nil)
             case .failed(_, let failure):
                 if !outcome.fulfil(failure) { report(failure.message) }
-            case .refused(_, let fd, let failure):
+            case .refused(_, let fd, let failure), .retryable(_, let fd, _, let failure):
                 FileDescriptors.close(fd)
                 if !outcome.fulfil(failure) { report(failure.message) }
             case .closed(let id, _, _, let reason):
@@ -222,9 +259,21 @@ struct LiveServing: ServingTunnel {
     /// Fulfilled when the stream's tunnel or a single-connection listener's connection ended;
     /// nil for a listener that keeps accepting.
     let end: OneShot<TunnelEnd>?
+    /// Connections waiting to be dialled again: given up (their sockets closed) on close.
+    var waiting: LockedBox<[Int32: Task<Void, Never>]>?
 
     func close() async {
         listener?.close()
+        if let waiting {
+            let pending = waiting.withLock { all -> [(Int32, Task<Void, Never>)] in
+                defer { all.removeAll() }
+                return Array(all)
+            }
+            for (fd, task) in pending {
+                task.cancel()
+                FileDescriptors.close(fd)
+            }
+        }
         await LiveTunnelTransport.shutdown(loop)
         end?.fulfil(.shutdown)
     }

@@ -31,7 +31,7 @@ struct SecretLoggingTests {
             let loop = CarrierLoop(configuration: config, logger: logger) { event in
                 switch event {
                 case .established: break
-                case .failed, .refused, .closed: ended.signal()
+                case .failed, .refused, .retryable, .closed: ended.signal()
                 }
             }
             try loop.start()

@@ -47,6 +47,40 @@ struct UnreachableEdgeListenerTests {
         #expect(listener.process.isRunning)
     }
 
+    @Test("with --retries, a connection made while the edge is down waits, its dial retried after 1 s, 5 s: served once websockify appears")
+    func connectionWaitsForTheEdge() throws {
+        let port = try freeLoopbackPort()
+        let echo = try TargetFixture(.echo)
+        let listener = try ListenerProcess(arguments: try arguments(port: port, extra: ["--retries", "2"]))
+        defer { listener.stop() }
+        let client = try ClientSocket(port: listener.port)
+        try client.send(Array("sent while the edge was down\n".utf8))
+        _ = try listener.process.waitForStderr(containing: "dialling again in 1.0 seconds (attempt 2 of 3)", timeout: 30)
+        let edge = try WebsockifyFixture(target: echo.address, port: port)
+        _ = edge
+        var back = [UInt8]()
+        _ = try client.receive(count: 29) { back += $0 }
+        #expect(String(decoding: back, as: UTF8.self) == "sent while the edge was down\n")
+        #expect(!listener.process.stderrText.contains("cf-access-tcp: Connection refused by"), "\(listener.process.stderrText)")
+    }
+
+    @Test("a connection whose retries run out is closed with one line; the listener goes on")
+    func retriesRunOut() throws {
+        let port = try freeLoopbackPort()
+        let listener = try ListenerProcess(arguments: try arguments(port: port, extra: ["--retries", "1"]))
+        defer { listener.stop() }
+        let started = Date()
+        let client = try ClientSocket(port: listener.port)
+        let (bytes, _) = client.readToEnd(timeout: 30)
+        #expect(bytes.isEmpty)
+        #expect(Date().timeIntervalSince(started) >= 0.9, "closed before its one retry after 1 s")
+        let line = "cf-access-tcp: Connection refused by 127.0.0.1:\(port): is the edge address right?"
+        _ = try listener.process.waitForStderr(containing: line, timeout: 30)
+        #expect(listener.process.stderrText.components(separatedBy: line).count == 2, "one line: \(listener.process.stderrText)")
+        #expect(listener.process.stderrText.contains("dialling again in 1.0 seconds (attempt 2 of 2)"))
+        #expect(listener.process.isRunning)
+    }
+
     @Test("--fail-fast: exit 69 at start with the plain line, as before; stdio mode stays fail-fast without it")
     func failFast() throws {
         let port = try freeLoopbackPort()
