@@ -33,27 +33,28 @@ struct SocketAddress {
     /// The numeric address and port of an IPv4 or IPv6 socket address (`getsockname`'s), or nil
     /// for another family.
     static func numeric(_ storage: sockaddr_storage) -> (String, Int)? {
-        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
         var copy = storage
-        return withUnsafePointer(to: &copy) { pointer -> (String, Int)? in
-            switch Int32(storage.ss_family) {
+        return withUnsafeMutableBytes(of: &copy) { raw -> (String, Int)? in
+            let family = Int32(storage.ss_family)
+            // Where the address and the port (network order) sit in the family's structure.
+            let address: UnsafeMutableRawPointer
+            let port: UInt16
+            switch family {
             case AF_INET:
-                return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
-                    var address = v4.pointee.sin_addr
-                    guard inet_ntop(AF_INET, &address, &text, socklen_t(text.count)) != nil else { return nil }
-                    return (String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
-                            Int(UInt16(bigEndian: v4.pointee.sin_port)))
-                }
+                let v4 = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+                address = raw.baseAddress! + MemoryLayout<sockaddr_in>.offset(of: \.sin_addr)!
+                port = v4.pointee.sin_port
             case AF_INET6:
-                return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
-                    var address = v6.pointee.sin6_addr
-                    guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return nil }
-                    return (String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
-                            Int(UInt16(bigEndian: v6.pointee.sin6_port)))
-                }
+                let v6 = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                address = raw.baseAddress! + MemoryLayout<sockaddr_in6>.offset(of: \.sin6_addr)!
+                port = v6.pointee.sin6_port
             default:
                 return nil
             }
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+            guard inet_ntop(family, address, &text, socklen_t(text.count)) != nil else { return nil }
+            return (String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
+                    Int(UInt16(bigEndian: port)))
         }
     }
 

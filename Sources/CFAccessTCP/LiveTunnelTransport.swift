@@ -45,6 +45,13 @@ package struct LiveTunnelTransport: TunnelTransport {
         let retry = configuration.connectionRetry
         let retries = retry.maxAttempts > 1
         let waiting = LockedBox<[Int32: Task<Void, Never>]>([:])
+        // A connection handed back and not dialled again: closed, its slot freed, the line said.
+        let giveUp: @Sendable (Int32, TunnelFailure) -> Void = { [report] fd, failure in
+            FileDescriptors.close(fd)
+            active.release(fd)
+            report(failure.message)
+            endIfIdle(.failedToOpen(failure))
+        }
         let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
             switch event {
             case .retryable(let id, let fd, let attempt, let failure):
@@ -52,29 +59,29 @@ package struct LiveTunnelTransport: TunnelTransport {
                 active.reserve(fd)
                 active.end(id)
                 guard let delay = retry.delay(beforeAttempt: attempt + 1), let loop = loopBox.withLock({ $0 }) else {
-                    FileDescriptors.close(fd)
-                    active.release(fd)
-                    report(failure.message)
-                    endIfIdle(.failedToOpen(failure))
+                    giveUp(fd, failure)
                     return
                 }
                 logger.info("connection \(id): \(failure.message); dialling again in \(delay) (attempt \(attempt + 1) of \(retry.maxAttempts))")
-                let next = Task {
-                    let slept: Void? = try? await Task.sleep(for: delay)
-                    let mine = waiting.withLock { $0.removeValue(forKey: fd) } != nil
-                    guard slept != nil, mine else {
-                        if mine { FileDescriptors.close(fd) }
-                        active.release(fd)
-                        return
-                    }
-                    if let authorizer {
-                        await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil, active: active,
-                                                      report: report, onFailure: endIfIdle, remember: nil, attempt: attempt + 1)
-                    } else {
-                        active.attach(fd: fd, id: loop.bridge(socket: fd, handBackWhenRetryable: true, attempt: attempt + 1))
+                // Registered before it can run (a zero delay), so that it finds itself waiting.
+                waiting.withLock { all in
+                    all[fd] = Task {
+                        let slept: Void? = try? await Task.sleep(for: delay)
+                        let mine = waiting.withLock { $0.removeValue(forKey: fd) } != nil
+                        guard slept != nil, mine else {
+                            // Cancelled by the listener's close, which closed the socket.
+                            if mine { FileDescriptors.close(fd) }
+                            active.release(fd)
+                            return
+                        }
+                        if let authorizer {
+                            await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil, active: active,
+                                                          report: report, onFailure: endIfIdle, remember: nil, attempt: attempt + 1)
+                        } else {
+                            active.attach(fd: fd, id: loop.bridge(socket: fd, handBackWhenRetryable: true, attempt: attempt + 1))
+                        }
                     }
                 }
-                waiting.withLock { $0[fd] = next }
             case .established(let id):
                 logger.debug("connection \(id) established")
             case .failed(let id, let failure):
@@ -87,10 +94,7 @@ package struct LiveTunnelTransport: TunnelTransport {
                 active.end(id)
                 let rejected = firstRequests.withLock { $0.removeValue(forKey: fd) }
                 guard let authorizer, let loop = loopBox.withLock({ $0 }) else {
-                    FileDescriptors.close(fd)
-                    active.release(fd)
-                    report(failure.message)
-                    endIfIdle(.failedToOpen(failure))
+                    giveUp(fd, failure)
                     return
                 }
                 logger.info("Access refused the token of connection \(id); dialling it once more with a fresh one")
