@@ -24,6 +24,8 @@ struct RootCommand: AsyncParsableCommand {
           service token: TUNNEL_SERVICE_TOKEN_ID=… TUNNEL_SERVICE_TOKEN_SECRET=… \\
                         cf-access-tcp --hostname ssh.example.com --url 127.0.0.1:0
           cloudflared spelling: cf-access-tcp access ssh --hostname ssh.example.com
+          config file:  cf-access-tcp --config FILE (else ~/.cloudflared/config.yml, as cloudflared):
+                        its hostname, url, service-token-id, … keys, and forwarders: (one listener each)
         """,
         version: VersionReport.short,
         subcommands: [TCPCommand.self, AccessCommand.self, ForwardCommand.self, LoginCommand.self, TokenCommand.self,
@@ -35,7 +37,7 @@ struct RootCommand: AsyncParsableCommand {
     /// commit and C library versions — before the argument parser sees anything, as do
     /// `version --short` and `update` their one line (`VersionReport.earlyAnswer`); the rest is
     /// parsed with cloudflared's spellings too (`access --fedramp tcp …`, see
-    /// `CommandLineCompatibility`).
+    /// `CommandLineCompatibility`), and with cloudflared's `config.yml` (`ConfigFile`).
     static func main() async {
         ToolProcess.refuseTooFewDescriptors()
         ToolProcess.reserveMainQueueDescriptor()
@@ -44,7 +46,23 @@ struct RootCommand: AsyncParsableCommand {
             print(answer)
             return
         }
-        await main(CommandLineCompatibility.rewrite(arguments))
+        let outcome: ConfigFile.Outcome
+        do {
+            outcome = try ConfigFile.apply(to: CommandLineCompatibility.rewrite(arguments),
+                                           environment: ProcessInfo.processInfo.environment)
+        } catch {
+            Glibc.exit(usageFailure(error.withFlags).rawValue)
+        }
+        switch outcome {
+        case .arguments(let rewritten):
+            await main(rewritten)
+        case .forwarders(let lists):
+            do {
+                try await TCPCommand.runForwarders(lists)
+            } catch {
+                TCPCommand.exit(withError: error)
+            }
+        }
     }
 }
 
