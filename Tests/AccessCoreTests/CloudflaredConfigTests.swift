@@ -75,9 +75,10 @@ struct CloudflaredConfigTests {
         #expect(error?.message.contains(message) == true, "\(error?.message ?? "")")
     }
 
-    @Test("a key: value whose value holds a colon; a comment needs white space before #")
+    @Test("a key: value whose value holds a colon; a tab after the colon; a comment needs white space before #")
     func colons() throws {
-        let config = try CloudflaredConfig.parse("url: 127.0.0.1:2222\nhostname: a#b.example\nlogLevel: debug", name: "c")
-        #expect(config.settings.map(\.value) == ["127.0.0.1:2222", "a#b.example", "debug"])
+        let config = try CloudflaredConfig.parse("url: 127.0.0.1:2222\nhostname: a#b.example\nlogLevel: debug\ndestination:\tinner:22",
+                                                 name: "c")
+        #expect(config.settings.map(\.value) == ["127.0.0.1:2222", "a#b.example", "debug", "inner:22"])
     }
 }
