@@ -9,14 +9,6 @@ import Glibc
 /// keys an access client reads, and its `forwarders:` list (one listener per entry, one process).
 @Suite("cloudflared's config.yml", .serialized, .ownThreads)
 struct ConfigFileTests {
-    private func echo(_ text: String, port: Int) throws -> String {
-        let client = try ClientSocket(port: port)
-        try client.send(Array(text.utf8))
-        var back = [UInt8]()
-        _ = try client.receive(count: text.utf8.count) { back += $0 }
-        return String(decoding: back, as: UTF8.self)
-    }
-
     @Test("forwarders: one listener per entry in one process, both served; SIGTERM stops them all with exit 0")
     func forwarders() throws {
         let directory = try makeTempDir("cfat-config")

@@ -59,14 +59,6 @@ struct SystemdServiceTests {
         return file
     }
 
-    private func echo(_ text: String, port: Int) throws -> String {
-        let client = try ClientSocket(port: port)
-        try client.send(Array(text.utf8))
-        var back = [UInt8]()
-        _ = try client.receive(count: text.utf8.count) { back += $0 }
-        return String(decoding: back, as: UTF8.self)
-    }
-
     @Test("socket activation: the first connection starts the tool and is served (its bytes sent before the tool ran), READY=1, then an idle exit with STOPPING=1 and status 0")
     func socketActivation() throws {
         let launcher = try launcher()

@@ -128,6 +128,16 @@ final class ClientSocket: @unchecked Sendable {
     }
 }
 
+/// Sends `text` on a new connection to 127.0.0.1:`port` and returns as many bytes as came back
+/// (an echo target behind the tunnel sends them all).
+func echo(_ text: String, port: Int) throws -> String {
+    let client = try ClientSocket(port: port)
+    try client.send(Array(text.utf8))
+    var back = [UInt8]()
+    _ = try client.receive(count: text.utf8.count) { back += $0 }
+    return String(decoding: back, as: UTF8.self)
+}
+
 /// `count` random bytes from the kernel.
 func randomBytes(_ count: Int) throws -> [UInt8] {
     var bytes = [UInt8](repeating: 0, count: count)
