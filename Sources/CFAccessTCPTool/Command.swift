@@ -136,7 +136,7 @@ struct TCPCommand: AsyncParsableCommand {
         }
         let logger = logging.logger
         if settings.listeningSocket != nil { SocketActivation.forgetVariables() }
-        let report = FailureReport(logger: logger, toLogFile: flags.logfile != nil || flags.logDirectory != nil)
+        let report = FailureReport(logger: logger, toLogFile: flags.writesLogFile)
         let transport = LiveTunnelTransport(logger: logger) { message in report.line(message) }
         let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: transport)
         // Ctrl-C or SIGTERM: a login in progress leaves no lock behind; a running listener

@@ -138,7 +138,7 @@ extension TCPCommand {
         } catch {
             throw usageFailure(error.withFlags)
         }
-        let report = FailureReport(logger: logging.logger, toLogFile: commands[0].flags.logfile != nil)
+        let report = FailureReport(logger: logging.logger, toLogFile: commands[0].flags.writesLogFile)
         let stop = OneShot<Void>()
         let signals = handleInterrupts { _ in stop.signal() }
         defer { withExtendedLifetime(signals) {} }

@@ -125,3 +125,8 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
     @Option(name: .customLong("log-directory"), help: "Write logs to cf-access-tcp.log in this directory (made 0700 if missing, as cloudflared makes it).")
     var logDirectory: String?
 }
+
+extension TunnelFlagsNamed {
+    /// Logs go to a file (`--logfile` or `--log-directory`), so each failure line goes there too.
+    var writesLogFile: Bool { logfile != nil || logDirectory != nil }
+}
