@@ -59,7 +59,7 @@ final class ChannelControl: @unchecked Sendable {
 }
 
 /// Where a channel's output goes: (stream 0 = stdout, 1 = stderr, bytes) -> written?
-typealias OutputSink = (Int32, UnsafeRawBufferPointer) -> Bool
+typealias OutputSink = @Sendable (Int32, UnsafeRawBufferPointer) -> Bool
 
 /// Writes all of `bytes` to `fd`, waiting if the descriptor is non-blocking and full.
 func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {

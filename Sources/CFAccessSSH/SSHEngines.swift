@@ -56,12 +56,7 @@ package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
     /// Whether a terminal request carries the terminal's modes: libssh 0.11 and later, and
     /// libssh2; libssh 0.10 (Debian 12) always sends an empty list, and the server keeps its
     /// defaults.
-    package var sendsTerminalModes: Bool {
-        switch self {
-        case .libssh: PTYRequest.withModes != nil
-        case .libssh2: true
-        }
-    }
+    package var sendsTerminalModes: Bool { features.sendsTerminalModes }
 }
 
 /// What an SSH engine, as linked, can do.
@@ -71,11 +66,14 @@ package struct SSHEngineFeatures: Sendable, Equatable {
     /// Whether RSA keys sign and verify with `rsa-sha2-256/512`; without it only with `ssh-rsa`
     /// (SHA-1), which OpenSSH ≥ 8.8 refuses by default.
     package var rsaSHA2: Bool
+    /// Whether a terminal request carries the terminal's modes.
+    package var sendsTerminalModes: Bool
 
     /// Features of an engine.
-    package init(version: String, rsaSHA2: Bool) {
+    package init(version: String, rsaSHA2: Bool, sendsTerminalModes: Bool = true) {
         self.version = version
         self.rsaSHA2 = rsaSHA2
+        self.sendsTerminalModes = sendsTerminalModes
     }
 
     /// The engine of most sessions: libssh signs and verifies with rsa-sha2.

@@ -36,12 +36,12 @@ import SystemPackage
 /// local one's. libssh2 before 1.11 signs and verifies RSA only with SHA-1, which OpenSSH 8.8
 /// and later refuse: such a session says so, and ``engineName`` tells which library runs it.
 public final class SSHSession: Sendable {
-    let engine: any SSHSessionEngine
+    let core: any SessionCalls
     /// The SSH library running this session.
     package let engineKind: SSHEngineKind
 
     /// The server's host key, once ``handshake()`` returned (the delegate accepted it).
-    public var hostKey: SSHHostKey? { engine.hostKey }
+    public var hostKey: SSHHostKey? { core.hostKey }
 
     /// The SSH library running this session and its version, e.g. `libssh 0.10.6`.
     public var engineName: String { engineKind.features.version }
@@ -49,29 +49,25 @@ public final class SSHSession: Sendable {
     /// Creates a session on a tunnel stream; the session owns the stream and closes it in
     /// ``disconnect(description:)``.
     public convenience init(stream: TunnelStream, configuration: Configuration) throws(SSHFailure) {
-        let kind = SSHEngineKind.choice(for: configuration)
-        switch kind {
-        case .libssh: try self.init(engine: LibSSHSession(stream: stream, configuration: configuration), kind: kind)
-        case .libssh2: try self.init(engine: LibSSH2Session(stream: stream, configuration: configuration), kind: kind)
-        }
+        try self.init(descriptor: stream.fileDescriptor.rawValue, configuration: configuration, owning: stream)
     }
 
     /// Creates a session on `fileDescriptor`, a connected stream socket (the SSH library calls
     /// send/recv on it) that the caller keeps owning: the escape hatch for a socket that is not a
     /// tunnel stream. The descriptor is made non-blocking.
     public convenience init(fileDescriptor: FileDescriptor, configuration: Configuration) throws(SSHFailure) {
+        try self.init(descriptor: fileDescriptor.rawValue, configuration: configuration, owning: nil)
+    }
+
+    private init(descriptor: Int32, configuration: Configuration, owning stream: TunnelStream?) throws(SSHFailure) {
         let kind = SSHEngineKind.choice(for: configuration)
         switch kind {
         case .libssh:
-            try self.init(engine: LibSSHSession(fileDescriptor: fileDescriptor, configuration: configuration), kind: kind)
+            core = SSHSessionCore(engine: try LibSSHEngine(descriptor: descriptor, configuration: configuration), owning: stream)
         case .libssh2:
-            try self.init(engine: LibSSH2Session(fileDescriptor: fileDescriptor, configuration: configuration), kind: kind)
+            core = SSHSessionCore(engine: try LibSSH2Engine(descriptor: descriptor, configuration: configuration), owning: stream)
         }
-    }
-
-    private init(engine: any SSHSessionEngine, kind: SSHEngineKind) throws(SSHFailure) {
-        self.engine = engine
-        self.engineKind = kind
+        engineKind = kind
     }
 
     /// Runs the SSH handshake, then has the configuration's ``SSHHostKeyDelegate`` check the
@@ -86,18 +82,18 @@ public final class SSHSession: Sendable {
     /// peer that is not an SSH server is said to be one.
     @discardableResult
     public func handshake() async throws(SSHFailure) -> SSHHostKey {
-        try await engine.handshake()
+        try await core.handshake()
     }
 
     /// The authentication methods the server accepts for `user`; empty when it let `user` in
     /// without any (the `none` method), see ``isAuthenticated``.
     public func authenticationMethods(user: String) async throws(SSHFailure) -> SSHAuthenticationMethods {
-        try await engine.authenticationMethods(user: user)
+        try await core.authenticationMethods(user: user)
     }
 
     /// Whether authentication has succeeded.
     public var isAuthenticated: Bool {
-        get async { await engine.isAuthenticated }
+        get async { await core.isAuthenticated }
     }
 
     /// Logs `user` in with the offers `delegate` picks from the methods the server accepts, until
@@ -111,7 +107,7 @@ public final class SSHSession: Sendable {
     @discardableResult
     public func authenticate(user: String, delegate: any SSHUserAuthenticationDelegate) async throws(SSHFailure) -> SSHAuthenticationOffer? {
         (delegate as? SSHOrderedAuthentication)?.useEngine(engineKind.features)
-        return try await engine.authenticate(user: user, delegate: delegate)
+        return try await core.authenticate(user: user, delegate: delegate)
     }
 
     /// Tries one `offer` for `user`. `answering` answers the rounds of a keyboard-interactive
@@ -120,7 +116,7 @@ public final class SSHSession: Sendable {
     /// ``SSHFailure/Kind/configuration`` without a reachable ssh-agent.
     public func authenticate(user: String, offer: SSHAuthenticationOffer,
                              answering: (@Sendable (SSHKeyboardPrompt) async -> [String]?)? = nil) async throws(SSHFailure) {
-        try await engine.authenticate(user: user, offer: offer, answering: answering)
+        try await core.authenticate(user: user, offer: offer, answering: answering)
     }
 
     /// Runs `command` with `input` as its stdin and returns its output and exit status.
@@ -128,7 +124,7 @@ public final class SSHSession: Sendable {
     /// the others are skipped).
     public func exec(_ command: String, input: Data = Data(), environment: [String: String] = [:]) async throws(SSHFailure)
         -> SSHExecResult {
-        try await engine.exec(command, input: input, environment: environment)
+        try await core.exec(command, input: input, environment: environment)
     }
 
     /// Runs `command`, copying `standardInput` (nil: none) to it and its stdout and stderr to
@@ -138,16 +134,16 @@ public final class SSHSession: Sendable {
     public func exec(_ command: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
                      standardError: FileDescriptor, environment: [String: String] = [:]) async throws(SSHFailure)
         -> SSHChannelEnd {
-        try await engine.exec(command, standardInput: standardInput, standardOutput: standardOutput,
-                              standardError: standardError, environment: environment)
+        try await core.run(command: command, standardInput: standardInput, standardOutput: standardOutput,
+                           standardError: standardError, environment: environment)
     }
 
     /// Starts the login shell without a pseudo-terminal (ssh's `-T` without a command): it reads
     /// `standardInput` as its commands; otherwise as ``exec(_:standardInput:standardOutput:standardError:environment:)``.
     public func shell(standardInput: FileDescriptor?, standardOutput: FileDescriptor, standardError: FileDescriptor,
                       environment: [String: String] = [:]) async throws(SSHFailure) -> SSHChannelEnd {
-        try await engine.shell(standardInput: standardInput, standardOutput: standardOutput, standardError: standardError,
-                               environment: environment)
+        try await core.run(command: nil, standardInput: standardInput, standardOutput: standardOutput,
+                           standardError: standardError, environment: environment)
     }
 
     /// Opens an interactive channel with a pseudo-terminal (its type, size and modes from
@@ -159,7 +155,7 @@ public final class SSHSession: Sendable {
     /// terminal keeps the server's defaults.
     public func openShell(terminal: SSHTerminal, command: String? = nil, environment: [String: String] = [:]) async throws(SSHFailure)
         -> SSHInteractiveChannel {
-        SSHInteractiveChannel(try await engine.openShell(terminal: terminal, command: command, environment: environment))
+        SSHInteractiveChannel(try await core.openShell(terminal: terminal, command: command, environment: environment))
     }
 
     /// Whether ``openShell(terminal:command:environment:)`` sends the terminal's modes with the
@@ -169,30 +165,30 @@ public final class SSHSession: Sendable {
     /// Sends SSH_MSG_DISCONNECT with `description` (bounded at 2 s), frees the session and
     /// closes the stream it owns. Idempotent.
     public func disconnect(description: String = "closed by the user") async {
-        await engine.disconnect(description: description)
+        await core.disconnect(description: description)
     }
 
     /// Listens for `listener`'s connections whenever a channel of this session runs (a command,
     /// a shell, or ``runForwards()``), each carried in a `direct-tcpip` channel of its own
     /// (OpenSSH's `-L`). The session does not close the listener.
     public func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure) {
-        try await engine.startForwarding(listener)
+        try await core.startForwarding(listener)
     }
 
     /// Serves the forwards of ``startForwarding(_:)`` with no command (OpenSSH's `-N`) until
     /// the connection is lost (``SSHChannelEnd/lost(_:)``) or the task is cancelled
     /// (``SSHChannelEnd/closed``).
     public func runForwards() async -> SSHChannelEnd {
-        await engine.runForwards()
+        await core.runForwards()
     }
 }
 
 /// An interactive channel with a pseudo-terminal (a shell or a command), from
 /// ``SSHSession/openShell(terminal:command:environment:)``.
 public final class SSHInteractiveChannel: Sendable {
-    private let channel: any InteractiveChannelEngine
+    private let channel: any InteractiveChannelCalls
 
-    init(_ channel: any InteractiveChannelEngine) {
+    init(_ channel: any InteractiveChannelCalls) {
         self.channel = channel
     }
 
@@ -232,35 +228,4 @@ public final class SSHInteractiveChannel: Sendable {
     public func run(onOutput: @escaping @Sendable (Data) -> Void) async -> SSHChannelEnd {
         await channel.run(onOutput: onOutput)
     }
-}
-
-/// What ``SSHSession`` asks of the library that runs it (libssh, or libssh2 for terminals).
-protocol SSHSessionEngine: AnyObject, Sendable {
-    var hostKey: SSHHostKey? { get }
-    var isAuthenticated: Bool { get async }
-    func handshake() async throws(SSHFailure) -> SSHHostKey
-    func authenticationMethods(user: String) async throws(SSHFailure) -> SSHAuthenticationMethods
-    func authenticate(user: String, delegate: any SSHUserAuthenticationDelegate) async throws(SSHFailure) -> SSHAuthenticationOffer?
-    func authenticate(user: String, offer: SSHAuthenticationOffer,
-                      answering: (@Sendable (SSHKeyboardPrompt) async -> [String]?)?) async throws(SSHFailure)
-    func exec(_ command: String, input: Data, environment: [String: String]) async throws(SSHFailure) -> SSHExecResult
-    func exec(_ command: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
-              standardError: FileDescriptor, environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd
-    func shell(standardInput: FileDescriptor?, standardOutput: FileDescriptor, standardError: FileDescriptor,
-               environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd
-    func openShell(terminal: SSHTerminal, command: String?, environment: [String: String]) async throws(SSHFailure)
-        -> any InteractiveChannelEngine
-    func disconnect(description: String) async
-    func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure)
-    func runForwards() async -> SSHChannelEnd
-}
-
-/// What ``SSHInteractiveChannel`` asks of an engine's channel.
-protocol InteractiveChannelEngine: Sendable {
-    func resize(columns: Int, rows: Int)
-    func write(_ data: Data)
-    func endInput()
-    func close()
-    func run(input: FileDescriptor?, output: FileDescriptor, escapes: SSHEscapes?) async -> SSHChannelEnd
-    func run(onOutput: @escaping @Sendable (Data) -> Void) async -> SSHChannelEnd
 }

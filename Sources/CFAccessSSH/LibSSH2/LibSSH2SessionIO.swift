@@ -25,13 +25,13 @@ import Glibc
 ///   connection waits on its local side, or none is open), the pump moves the bytes into a
 ///   buffer here (``SocketIO/fill()``), which libssh2's next read gets first: `poll` does not
 ///   spin on a readable socket and silence is never mistaken for a dead connection.
-/// - The time of the last byte from the server is noted (the keepalive loss rule).
+/// - Every byte that arrives moves ``SocketIO/mark`` on (the keepalive loss rule, and the
+///   pump's stall rule).
 final class SocketIO: @unchecked Sendable {
     let fd: Int32
-    /// When the server last sent a byte.
-    var lastInbound = Date()
-    /// Bytes handed to libssh2 since the pump last reset it (one round of the pump).
-    var receivedThisRound = 0
+    /// Grows with every byte read from the socket and every byte handed to libssh2 (the pump's
+    /// sign that something arrived).
+    var mark: UInt64 = 0
     /// The socket was found empty (EAGAIN) since the last `poll`.
     var drained = false
     /// The first send error (an errno), after which every send fails.
@@ -138,7 +138,7 @@ final class SocketIO: @unchecked Sendable {
         let failure = errno
         inbound.removeLast(room - max(0, n))
         if n > 0 {
-            lastInbound = Date()
+            mark &+= UInt64(n)
             return nil
         }
         if n < 0 && (failure == EAGAIN || failure == EWOULDBLOCK || failure == EINTR) {
@@ -146,7 +146,7 @@ final class SocketIO: @unchecked Sendable {
             return nil
         }
         return SSHFailure(.connectionLost, n == 0 ? "Connection lost: the tunnel closed"
-                                                  : "Connection lost: \(String(cString: strerror(failure)))")
+                                                  : "Connection lost: \(SystemError(failure).text)")
     }
 
     /// libssh2 reads up to `length` bytes: from the inbound buffer first, then the socket.
@@ -159,15 +159,14 @@ final class SocketIO: @unchecked Sendable {
                 inbound.removeAll(keepingCapacity: false)
                 inboundStart = 0
             }
-            receivedThisRound += n
+            mark &+= UInt64(n)
             return n
         }
         if drained { return -Int(EAGAIN) }
         while true {
             let n = recv(fd, buffer, length, flags)
             if n > 0 {
-                lastInbound = Date()
-                receivedThisRound += n
+                mark &+= UInt64(n)
                 return n
             }
             if n == 0 { return 0 }
@@ -184,26 +183,6 @@ final class SocketIO: @unchecked Sendable {
 
     /// The error text of a failed send, for the failure line.
     var sendErrorText: String? {
-        sendError.map { String(cString: strerror($0)) }
+        sendError.map { SystemError($0).text }
     }
-}
-
-/// The session's box, found through libssh2's abstract pointer in the callbacks.
-private func socketIO(_ abstract: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> SocketIO? {
-    guard let pointer = abstract?.pointee else { return nil }
-    return Unmanaged<SSH2SessionBox>.fromOpaque(pointer).takeUnretainedValue().io
-}
-
-/// libssh2's socket write, through ``SocketIO/send(_:_:flags:)``: all of it is taken (sent or
-/// queued) unless the socket failed.
-let sendCallback: @convention(c) (
-    Int32, UnsafeRawPointer?, Int, Int32, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> Int = { socket, buffer, length, flags, abstract in
-    guard let buffer, length > 0 else { return 0 }
-    // The ssh-agent's socket comes through here too: only the session's own goes to SocketIO.
-    guard let io = socketIO(abstract), socket == io.fd else {
-        let n = Glibc.send(socket, buffer, length, flags)
-        return n < 0 ? -Int(errno) : n
-    }
-    return io.send(buffer, length, flags: flags)
 }

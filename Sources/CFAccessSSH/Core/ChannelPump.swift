@@ -1,0 +1,611 @@
+import AccessTransport
+import FoundationEssentials
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The exec or shell channel a pump runs.
+final class SessionChannel<Channel> {
+    let raw: Channel
+    let input: Int32?
+    let sink: OutputSink
+    var escapes: SSHEscapes?
+    var toSend = PumpBuffer()
+    var inputEnded = false
+    var eofSent = false
+    var end: SSHChannelEnd?
+    /// The channel ended by itself (the command exited): forwarded connections still open
+    /// are carried to their end first, as OpenSSH does. Any other end stops everything.
+    var endedByServer = false
+
+    init(raw: Channel, input: Int32?, sink: @escaping OutputSink, escapes: SSHEscapes?) {
+        self.raw = raw
+        self.input = input
+        self.sink = sink
+        self.escapes = escapes
+    }
+}
+
+/// One accepted connection of a local forward and its `direct-tcpip` channel.
+final class ForwardedConnection<Channel> {
+    let socket: Int32
+    let origin: (host: String, port: Int)
+    let listener: SSHForwardListener
+    var channel: Channel?
+    /// Read from the local socket, not yet taken by the channel.
+    var toChannel = PumpBuffer()
+    /// Read from the channel, not yet taken by the local socket.
+    var toSocket = PumpBuffer()
+    var localEOF = false
+    var eofSent = false
+    var remoteEOF = false
+    var shutDown = false
+    var failed = false
+    var readable = false
+    var writable = false
+
+    init(socket: Int32, origin: (host: String, port: Int), listener: SSHForwardListener) {
+        self.socket = socket
+        self.origin = origin
+        self.listener = listener
+    }
+
+    var originText: String { origin.host.contains(":") ? "[\(origin.host)]:\(origin.port)" : "\(origin.host):\(origin.port)" }
+
+    /// Both directions ended (or something failed): the channel can be closed.
+    var finished: Bool { failed || (shutDown && eofSent) }
+}
+
+/// Runs on the session's thread until the channel (if any) ends, carrying its data and that of
+/// the session's local forwards in one `poll` loop, whichever library runs the session.
+///
+/// Issue 16 point 6 (downloads stalling until the next keepalive): both libraries read the
+/// socket inside calls that are not reads of that channel (a write, which first takes in window
+/// adjusts; another stream's or channel's read; a channel open) and keep what they parsed for
+/// the channel it belongs to. Data left there while the socket is empty wakes no `poll`. The
+/// rule: the pump sleeps only after a round in which nothing moved, nothing arrived from the
+/// server, and no channel can make progress on what the library already holds (buffered data,
+/// a window to write into), asked until a pass in which nothing arrived.
+final class ChannelPump<Engine: SSHEngine> {
+    typealias Channel = Engine.Channel
+    let engine: Engine
+    let control: ChannelControl
+    var main: SessionChannel<Channel>?
+    var forwards: [ForwardedConnection<Channel>] = []
+    /// Accepted connections whose channel is not open yet; the first one's open is in flight
+    /// (one channel is opened at a time).
+    var opening: [ForwardedConnection<Channel>] = []
+    var accepting = true
+    private let scratch: UnsafeMutableRawBufferPointer
+    /// When the server last sent something, and the engine's mark then.
+    private var lastInbound = Date()
+    private var markSeen: UInt64 = 0
+
+    static var chunk: Int { 256 * 1024 }
+
+    init(engine: Engine, control: ChannelControl) {
+        self.engine = engine
+        self.control = control
+        scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunk, alignment: 16)
+    }
+
+    deinit {
+        scratch.deallocate()
+    }
+
+    private var listeners: [SSHForwardListener] { engine.state.forwards.filter { !$0.isClosed } }
+
+    /// Readiness seen by the last `poll`.
+    private struct Readiness {
+        var control = true
+        var input = false
+        var socketReadable = false
+        var listeners: Set<Int32> = []
+    }
+
+    // MARK: The loop
+
+    func run() -> SSHChannelEnd {
+        defer { cleanUp() }
+        lastInbound = Date()
+        markSeen = engine.inboundMark
+        let keepalive = engine.state.configuration.keepalive
+        var ready = Readiness()
+        while true {
+            let markAtStart = engine.inboundMark
+            var progress = false
+            var readChannels = false
+
+            for command in control.drain(pipeReadable: ready.control) {
+                if let end = handle(command) { return end }
+            }
+
+            if let main, main.end == nil {
+                progress = service(main, inputReadable: ready.input) || progress
+                readChannels = true
+            }
+            if let main, let end = main.end {
+                guard main.endedByServer else { return end }
+                accepting = false
+                if forwards.isEmpty { return end }
+            }
+
+            if accepting {
+                for listener in listeners {
+                    for fd in listener.descriptors where ready.listeners.contains(fd) {
+                        progress = accept(on: fd, for: listener) || progress
+                    }
+                }
+            }
+            for forward in forwards {
+                let (moved, read) = service(forward)
+                progress = progress || moved
+                readChannels = readChannels || read
+            }
+            if let end = closeFinishedForwards() { return end }
+            switch openNext() {
+            case .lost(let failure): return .lost(failure)
+            case .moved(let moved): progress = progress || moved
+            }
+
+            // The socket said it had data, but no channel read it (all waiting on their local
+            // side, or none open): the engine takes it in, so poll does not spin on it and
+            // silence is not mistaken for a dead connection.
+            if ready.socketReadable && !readChannels, let failure = engine.takeUnread() {
+                return .lost(failure)
+            }
+
+            // Keepalives ask for a reply: too long without anything from the server means the
+            // connection is dead even if no socket error says so.
+            noteInbound()
+            var untilKeepalive: TimeInterval?
+            if keepalive.isEnabled {
+                let (failure, next) = engine.keepalive(every: keepalive.effectiveInterval.seconds)
+                if let failure { return .lost(failure) }
+                untilKeepalive = next
+                let silent = Date().timeIntervalSince(lastInbound)
+                if keepalive.isConnectionLost(silence: .milliseconds(Int64(silent * 1000))) {
+                    return .lost(SSHFailure(.connectionLost, "Connection lost: no answer to keepalives for \(Int(silent)) s"))
+                }
+            }
+            if let failure = engine.endRound() { return .lost(failure) }
+            if engine.isClosed { return .lost(engine.failure(0, "the session ran")) }
+
+            // Sleep only when nothing can move without news from outside.
+            var timeout: Int32 = -1
+            if progress || engine.inboundMark != markAtStart || canProgressNow() {
+                timeout = 0
+            } else if let untilKeepalive {
+                let silence = Duration.milliseconds(Int64(Date().timeIntervalSince(lastInbound) * 1000))
+                let keepaliveMilliseconds = max(0, Int(untilKeepalive * 1000) + 1)
+                let untilLoss = keepalive.remainingBeforeLoss(silence: silence).map { Int($0.seconds * 1000) + 10 }
+                    ?? keepaliveMilliseconds
+                timeout = Int32(clamping: max(0, min(keepaliveMilliseconds, untilLoss)))
+            }
+            switch wait(timeout: timeout) {
+            case .ended(let end): return end
+            case .ready(let seen): ready = seen
+            }
+        }
+    }
+
+    /// Moves `lastInbound` on when the engine's mark says something arrived.
+    private func noteInbound() {
+        let mark = engine.inboundMark
+        if mark != markSeen {
+            markSeen = mark
+            lastInbound = Date()
+        }
+    }
+
+    /// Whether a channel holds data it could take now, or has a window to write into: then the
+    /// pump must not sleep. Asking may make the library read the socket and file what it reads
+    /// under any channel, so the question is asked again until a pass in which nothing arrived.
+    private func canProgressNow() -> Bool {
+        while true {
+            let seen = engine.inboundMark
+            if anyChannelCanMove() { return true }
+            if engine.inboundMark == seen { return false }
+        }
+    }
+
+    private func anyChannelCanMove() -> Bool {
+        let room = engine.acceptsChannelData
+        if let main, main.end == nil {
+            if engine.hasBufferedData(main.raw) { return true }
+            if !main.toSend.isEmpty && room && engine.windowIsOpen(main.raw) { return true }
+            if engine.isEOF(main.raw) { return true }
+        }
+        for forward in forwards {
+            guard let channel = forward.channel, !forward.failed else { continue }
+            if forward.toSocket.isEmpty && !forward.remoteEOF && engine.hasBufferedData(channel) { return true }
+            if !forward.toChannel.isEmpty && room && engine.windowIsOpen(channel) { return true }
+        }
+        return false
+    }
+
+    private enum Waited {
+        case ready(Readiness)
+        case ended(SSHChannelEnd)
+    }
+
+    private func wait(timeout: Int32) -> Waited {
+        var entries: [pollfd] = []
+        var events: Int16 = engine.wantsInput ? Int16(POLLIN) : 0
+        if engine.hasQueuedOutput { events |= Int16(POLLOUT) }
+        entries.append(pollfd(fd: engine.fd, events: events, revents: 0))
+        entries.append(pollfd(fd: control.readEnd, events: Int16(POLLIN), revents: 0))
+        var inputIndex: Int?
+        if let main, main.end == nil, let input = main.input, !main.inputEnded, main.toSend.count < 1 << 20 {
+            inputIndex = entries.count
+            entries.append(pollfd(fd: input, events: Int16(POLLIN), revents: 0))
+        }
+        let listenerStart = entries.count
+        var listenerFDs: [Int32] = []
+        if accepting {
+            for listener in listeners {
+                for fd in listener.descriptors {
+                    listenerFDs.append(fd)
+                    entries.append(pollfd(fd: fd, events: Int16(POLLIN), revents: 0))
+                }
+            }
+        }
+        let forwardStart = entries.count
+        var polledForwards: [ForwardedConnection<Channel>] = []
+        for forward in forwards where forward.channel != nil && !forward.failed {
+            var wanted: Int16 = 0
+            if !forward.localEOF && forward.toChannel.count < Self.chunk { wanted |= Int16(POLLIN) }
+            if !forward.toSocket.isEmpty { wanted |= Int16(POLLOUT) }
+            guard wanted != 0 else { continue }
+            polledForwards.append(forward)
+            entries.append(pollfd(fd: forward.socket, events: wanted, revents: 0))
+        }
+        let count = poll(&entries, nfds_t(entries.count), timeout)
+        let pollError = errno
+        let socket = entries[0].revents
+        engine.afterWait(socket, pumping: true)
+        if count < 0 && pollError != EINTR {
+            return .ended(.localOutputFailed("poll: \(SystemError(pollError).text)"))
+        }
+        var ready = Readiness()
+        ready.socketReadable = socket & Int16(POLLIN) != 0
+        if socket & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && socket & Int16(POLLIN) == 0 {
+            return .ended(.lost(SSHFailure(.connectionLost, "Connection lost: the tunnel closed")))
+        }
+        ready.control = entries[1].revents != 0
+        if let inputIndex { ready.input = entries[inputIndex].revents != 0 }
+        for (offset, fd) in listenerFDs.enumerated() where entries[listenerStart + offset].revents != 0 {
+            ready.listeners.insert(fd)
+        }
+        for forward in forwards {
+            forward.readable = false
+            forward.writable = false
+        }
+        for (offset, forward) in polledForwards.enumerated() {
+            let revents = entries[forwardStart + offset].revents
+            forward.readable = revents & Int16(POLLIN | POLLHUP | POLLERR) != 0
+            forward.writable = revents & Int16(POLLOUT | POLLHUP | POLLERR) != 0
+        }
+        return .ready(ready)
+    }
+
+    // MARK: The session channel
+
+    private func handle(_ command: ChannelControl.Command) -> SSHChannelEnd? {
+        guard let main, main.end == nil else {
+            if case .close = command { return .closed }
+            return nil
+        }
+        switch command {
+        case .write(let data): main.toSend.append(data)
+        case .endOfInput: main.inputEnded = true
+        case .resize(let columns, let rows):
+            if let failure = engine.resize(main.raw, columns: columns, rows: rows), failure.kind == .connectionLost {
+                main.end = .lost(failure)
+            }
+        case .close:
+            engine.closeNow(main.raw)
+            main.end = .closed
+        }
+        return nil
+    }
+
+    /// Moves the session channel's data both ways; whether anything moved.
+    private func service(_ main: SessionChannel<Channel>, inputReadable: Bool) -> Bool {
+        var progress = false
+        let fetched = readOutput(main)
+        if let end = fetched.end {
+            main.end = end
+            return true
+        }
+        progress = progress || fetched.progress
+
+        if inputReadable, let input = main.input, !main.inputEnded {
+            let n = read(input, scratch.baseAddress, Self.chunk)
+            if n > 0 {
+                progress = true
+                let bytes = UnsafeRawBufferPointer(rebasing: scratch[0..<n])
+                if main.escapes != nil {
+                    for action in main.escapes!.scan(bytes) {
+                        switch action {
+                        case .send(let out): out.withUnsafeBytes { main.toSend.append($0) }
+                        case .help:
+                            let text = Array(main.escapes!.helpText.utf8)
+                            _ = text.withUnsafeBytes { main.sink(0, $0) }
+                        case .disconnect:
+                            // No wait for the server's close: this is the way out of a hung session.
+                            engine.closeNow(main.raw)
+                            main.end = .closed
+                            return true
+                        }
+                    }
+                } else {
+                    main.toSend.append(bytes)
+                }
+            } else if n == 0 || (errno != EINTR && errno != EAGAIN) {
+                main.inputEnded = true
+            }
+        }
+
+        while !main.toSend.isEmpty && engine.acceptsChannelData {
+            var result = ChannelWrite.blocked
+            _ = main.toSend.consume { bytes in
+                result = engine.write(main.raw, UnsafeRawBufferPointer(rebasing: bytes.prefix(Self.chunk)))
+                if case .wrote(let n) = result { return n }
+                return 0
+            }
+            switch result {
+            case .wrote: progress = true
+            case .blocked: break
+            case .failed(let failure):
+                main.end = .lost(failure)
+                return true
+            }
+            guard case .wrote = result else { break }
+        }
+        if main.inputEnded && main.toSend.isEmpty && !main.eofSent && engine.acceptsChannelData {
+            do {
+                if try engine.sendEOF(main.raw) {
+                    main.eofSent = true
+                    progress = true
+                }
+            } catch {
+                main.end = .lost(error)
+                return true
+            }
+        }
+        if engine.isEOF(main.raw) {
+            let last = readOutput(main)
+            if let end = last.end {
+                main.end = end
+            } else if engine.isEOF(main.raw) {
+                main.end = engine.finish(main.raw)
+                main.endedByServer = true
+            }
+            return true
+        }
+        return progress
+    }
+
+    /// Reads what the library has for either stream and hands it to the sink. Stops after a
+    /// few MiB so the rest of the loop (input, forwards, keepalives) gets its turn.
+    private func readOutput(_ main: SessionChannel<Channel>) -> (progress: Bool, end: SSHChannelEnd?) {
+        var progress = false
+        var total = 0
+        var again = true
+        while again && total < 8 * Self.chunk {
+            again = false
+            for stream: Int32 in [0, 1] {
+                while total < 8 * Self.chunk {
+                    switch engine.read(main.raw, stream: stream, into: scratch) {
+                    case .bytes(let n):
+                        progress = true
+                        again = true
+                        total += n
+                        if !main.sink(stream, UnsafeRawBufferPointer(rebasing: scratch[0..<n])) {
+                            if errno == EPIPE { return (true, .outputClosed) }
+                            return (true, .localOutputFailed(SystemError.current().text))
+                        }
+                        continue
+                    case .nothing, .eof:
+                        break
+                    case .failed(let failure):
+                        return (progress, .lost(failure))
+                    }
+                    break
+                }
+            }
+        }
+        return (progress, nil)
+    }
+
+    // MARK: Local forwards
+
+    /// Accepts what waits on `fd`; the channels are opened one after another by `openNext`.
+    private func accept(on fd: Int32, for listener: SSHForwardListener) -> Bool {
+        var accepted = false
+        for _ in 0..<64 {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let socket = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(fd, $0, &length) }
+            }
+            guard socket >= 0 else { break }
+            _ = fcntl(socket, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
+            var one: Int32 = 1
+            _ = setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            opening.append(ForwardedConnection(socket: socket, origin: peerAddress(storage), listener: listener))
+            accepted = true
+        }
+        return accepted
+    }
+
+    private enum Opened {
+        case moved(Bool)
+        case lost(SSHFailure)
+    }
+
+    /// Drives the open of the first waiting connection's channel.
+    private func openNext() -> Opened {
+        guard let next = opening.first else { return .moved(false) }
+        let forward = next.listener.forward
+        switch engine.openDirect(host: forward.host, port: forward.hostPort, originHost: next.origin.host,
+                                 originPort: next.origin.port) {
+        case .again:
+            return .moved(false)
+        case .opened(let channel):
+            opening.removeFirst()
+            next.channel = channel
+            forwards.append(next)
+            next.listener.onEvent?(.opened(origin: next.originText))
+            return .moved(true)
+        case .refused(let reason):
+            opening.removeFirst()
+            _ = close(next.socket)
+            next.listener.onEvent?(.openFailed(origin: next.originText, reason: reason))
+            return .moved(true)
+        case .lost(let failure):
+            return .lost(failure)
+        }
+    }
+
+    /// Moves one forwarded connection's data both ways; (progress, the library was read).
+    private func service(_ forward: ForwardedConnection<Channel>) -> (Bool, Bool) {
+        guard let channel = forward.channel, !forward.failed else { return (false, false) }
+        var progress = false
+        var readChannel = false
+        // Local side → channel.
+        if forward.readable && !forward.localEOF && forward.toChannel.count < Self.chunk {
+            forward.readable = false
+            let n = recv(forward.socket, scratch.baseAddress, Self.chunk - forward.toChannel.count, 0)
+            if n > 0 {
+                forward.toChannel.append(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                progress = true
+            } else if n == 0 {
+                forward.localEOF = true
+                progress = true
+            } else if errno != EAGAIN && errno != EINTR {
+                forward.failed = true
+                return (true, false)
+            }
+        }
+        while !forward.toChannel.isEmpty && engine.acceptsChannelData {
+            var result = ChannelWrite.blocked
+            _ = forward.toChannel.consume { bytes in
+                result = engine.write(channel, bytes)
+                if case .wrote(let n) = result { return n }
+                return 0
+            }
+            readChannel = true
+            switch result {
+            case .wrote: progress = true
+            case .blocked: break
+            case .failed:
+                forward.failed = true
+                return (true, true)
+            }
+            guard case .wrote = result else { break }
+        }
+        if forward.localEOF && forward.toChannel.isEmpty && !forward.eofSent {
+            // An error here means the channel is gone: nothing more to send anyway.
+            if (try? engine.sendEOF(channel)) != false {
+                forward.eofSent = true
+                progress = true
+            }
+        }
+        // Channel → local side.
+        if !forward.toSocket.isEmpty && forward.writable {
+            forward.writable = false
+            progress = flushToSocket(forward) || progress
+        }
+        while forward.toSocket.isEmpty && !forward.remoteEOF {
+            readChannel = true
+            // A direct-tcpip channel has no stderr; anything sent as such is read and dropped.
+            while case .bytes = engine.read(channel, stream: 1, into: scratch) {}
+            switch engine.read(channel, stream: 0, into: scratch) {
+            case .bytes(let n):
+                progress = true
+                let sent = send(forward.socket, scratch.baseAddress, n, Int32(MSG_NOSIGNAL))
+                if sent < 0 && errno != EAGAIN && errno != EINTR {
+                    forward.failed = true
+                    return (true, true)
+                }
+                let taken = max(0, sent)
+                if taken < n {
+                    forward.toSocket.append(UnsafeRawBufferPointer(rebasing: scratch[taken..<n]))
+                }
+                continue
+            case .nothing:
+                if engine.isEOF(channel) {
+                    forward.remoteEOF = true
+                    progress = true
+                }
+            case .eof:
+                forward.remoteEOF = true
+                progress = true
+            case .failed:
+                forward.failed = true
+                return (true, true)
+            }
+            break
+        }
+        if forward.remoteEOF && forward.toSocket.isEmpty && !forward.shutDown {
+            _ = shutdown(forward.socket, Int32(SHUT_WR))
+            forward.shutDown = true
+            progress = true
+        }
+        return (progress, readChannel)
+    }
+
+    private func flushToSocket(_ forward: ForwardedConnection<Channel>) -> Bool {
+        var moved = false
+        while !forward.toSocket.isEmpty {
+            var failed = false
+            let taken = forward.toSocket.consume { bytes in
+                let n = send(forward.socket, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+                if n < 0 && errno != EAGAIN && errno != EINTR { failed = true }
+                return max(0, n)
+            }
+            if failed {
+                forward.failed = true
+                return true
+            }
+            if taken == 0 { break }
+            moved = true
+        }
+        return moved
+    }
+
+    /// Closes the channels of finished connections and their sockets. Nil, or the end when
+    /// the connection itself broke.
+    private func closeFinishedForwards() -> SSHChannelEnd? {
+        var kept: [ForwardedConnection<Channel>] = []
+        for forward in forwards {
+            guard forward.finished, let channel = forward.channel else {
+                kept.append(forward)
+                continue
+            }
+            engine.release(channel)
+            _ = close(forward.socket)
+            forward.channel = nil
+        }
+        forwards = kept
+        if engine.isClosed { return .lost(engine.failure(0, "forwarding")) }
+        return nil
+    }
+
+    /// The end: the session channel freed, forwarded connections and their channels closed.
+    private func cleanUp() {
+        if let main { engine.free(main.raw) }
+        for forward in forwards + opening {
+            if let channel = forward.channel { engine.free(channel) }
+            _ = close(forward.socket)
+        }
+        engine.cancelDirectOpen()
+        forwards = []
+        opening = []
+        engine.settle(until: Date(timeIntervalSinceNow: 1))
+    }
+}
