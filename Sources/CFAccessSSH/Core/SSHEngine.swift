@@ -164,9 +164,20 @@ final class SessionState: @unchecked Sendable {
     /// Seconds spent waiting for a person inside the current request.
     var promptPause: TimeInterval = 0
 
+    /// The state of a session on `fd`, which is made non-blocking.
     init(fd: Int32, configuration: SSHSession.Configuration) {
         self.fd = fd
         self.configuration = configuration
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    }
+
+    /// Why `library` could not start a session: its `initialisation` call returned `result`
+    /// (not 0), or it could not allocate one.
+    static func cannotStart(_ library: String, initialisation: String, result: Int32) -> SSHFailure {
+        guard result == 0 else {
+            return SSHFailure(.protocolError, "\(library) could not be initialised (\(initialisation) returned \(result))")
+        }
+        return SSHFailure(.localIO, "\(library) could not create a session (out of memory)")
     }
 
     /// A deadline `configuration.timeout` from now, for one request. The time a person then

@@ -46,13 +46,10 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
     private var lastKeepalive: Date?
 
     init(descriptor fileDescriptor: Int32, configuration: SSHSession.Configuration) throws(SSHFailure) {
-        guard libsshInitialised == 0 else {
-            throw SSHFailure(.protocolError, "libssh could not be initialised (ssh_init returned \(libsshInitialised))")
+        state = SessionState(fd: fileDescriptor, configuration: configuration)
+        guard libsshInitialised == 0, let session = ssh_new() else {
+            throw SessionState.cannotStart("libssh", initialisation: "ssh_init", result: libsshInitialised)
         }
-        guard let session = ssh_new() else {
-            throw SSHFailure(.localIO, "libssh could not create a session (out of memory)")
-        }
-        _ = fcntl(fileDescriptor, F_SETFL, fcntl(fileDescriptor, F_GETFL) | O_NONBLOCK)
         // libssh closes the socket it is given (on ssh_disconnect, ssh_free, and some errors), but
         // the stream (or the caller) owns the descriptor: libssh gets a duplicate of its own.
         var socket = fcntl(fileDescriptor, F_DUPFD_CLOEXEC, 0)
@@ -74,7 +71,6 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         _ = ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null")
         ssh_set_blocking(session, 0)
         raw = session
-        state = SessionState(fd: fileDescriptor, configuration: configuration)
         received = UnsafeMutablePointer<ssh_counter_struct>.allocate(capacity: 1)
         received.initialize(to: ssh_counter_struct())
         // Counts what arrives from the server (the keepalive loss rule: silence).

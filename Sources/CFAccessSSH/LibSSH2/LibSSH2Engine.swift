@@ -45,16 +45,12 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
     private var detached: [OpaquePointer] = []
 
     init(descriptor fileDescriptor: Int32, configuration: SSHSession.Configuration) throws(SSHFailure) {
-        guard libssh2Initialised == 0 else {
-            throw SSHFailure(.protocolError, "libssh2 could not be initialised (libssh2_init returned \(libssh2Initialised))")
+        state = SessionState(fd: fileDescriptor, configuration: configuration)
+        guard libssh2Initialised == 0, let session = CCFSSH2_session_init() else {
+            throw SessionState.cannotStart("libssh2", initialisation: "libssh2_init", result: libssh2Initialised)
         }
-        guard let session = CCFSSH2_session_init() else {
-            throw SSHFailure(.localIO, "libssh2 could not create a session (out of memory)")
-        }
-        _ = fcntl(fileDescriptor, F_SETFL, fcntl(fileDescriptor, F_GETFL) | O_NONBLOCK)
         libssh2_session_set_blocking(session, 0)
         raw = session
-        state = SessionState(fd: fileDescriptor, configuration: configuration)
         io = SocketIO(fd: fileDescriptor)
         libssh2_session_abstract(session).pointee = Unmanaged.passUnretained(self).toOpaque()
         _ = libssh2_session_callback_set(session, LIBSSH2_CALLBACK_RECV, unsafeBitCast(receiveCallback, to: UnsafeMutableRawPointer.self))
