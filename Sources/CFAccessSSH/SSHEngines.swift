@@ -6,43 +6,10 @@ package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
     case libssh
     case libssh2
 
-    /// The engine for a session of `configuration`: its ``SSHSession/Configuration/engine`` if
-    /// set; otherwise libssh, unless the session opens a terminal and libssh cannot send its
-    /// modes.
+    /// The engine for a session of `configuration`, knowing nothing of the host or the keys
+    /// (``SSHEngineChoice/decide(chosen:opensTerminal:knownHostKeyAlgorithms:keyAlgorithms:libssh:libssh2:)``).
     package static func choice(for configuration: SSHSession.Configuration) -> SSHEngineKind {
-        if let engine = configuration.engine { return engine }
-        return configuration.opensTerminal && !SSHEngineKind.libssh.sendsTerminalModes ? .libssh2 : .libssh
-    }
-
-    /// The engine for a session that opens a terminal, with the reason when it is libssh although
-    /// libssh cannot send the terminal's modes: libssh2 sends them, but where it cannot do RSA
-    /// (before 1.11), a session that will need RSA runs on libssh. RSA is foreseen when the only
-    /// host keys known for the host are RSA keys, or the first key `authentication` offers is an
-    /// RSA key. A server found to have only an RSA host key, or an RSA key refused later in the
-    /// order, is the caller's to retry on libssh (``failedForRSA(_:)``).
-    package static func forTerminal(configuration: SSHSession.Configuration,
-                                    authentication: SSHOrderedAuthentication?) async -> (SSHEngineKind, reason: String?) {
-        var terminal = configuration
-        terminal.opensTerminal = true
-        let kind = choice(for: terminal)
-        guard kind == .libssh2, configuration.engine == nil, SSHEngineKind.libssh2.features.rsaLimitation != nil else {
-            return (kind, nil)
-        }
-        if let known = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms(), !known.isEmpty,
-           known.allSatisfy({ $0.hasPrefix("rsa-sha2-") || $0 == "ssh-rsa" }) {
-            return (.libssh, "the host's known key is an RSA key, which \(SSHEngineKind.libssh2.features.version) cannot verify")
-        }
-        if await authentication?.firstKeyIsRSA() == true {
-            return (.libssh, "the first key to offer is an RSA key, which \(SSHEngineKind.libssh2.features.version) cannot sign with")
-        }
-        return (kind, nil)
-    }
-
-    /// Whether `failure`, from a session on this engine, is the engine's RSA limitation (an
-    /// RSA-only server, or an RSA key refused): libssh would get past it.
-    package func failedForRSA(_ failure: SSHFailure) -> Bool {
-        guard let limitation = features.rsaLimitation else { return false }
-        return failure.message.contains(limitation)
+        SSHEngineChoice.decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal).kind
     }
 
     /// What this engine, as linked, can do.
@@ -84,5 +51,84 @@ package struct SSHEngineFeatures: Sendable, Equatable {
         guard !rsaSHA2 else { return nil }
         return "RSA keys need rsa-sha2-256/512 signatures, which \(version) cannot make (it signs and verifies RSA only as "
             + "ssh-rsa, SHA-1, which OpenSSH ≥ 8.8 refuses); use an ed25519 or ECDSA key, or ssh with ProxyCommand"
+    }
+}
+
+/// Which engine runs a session, and why: one pure function of what is known before the login.
+package struct SSHEngineChoice: Sendable, Equatable {
+    /// Why a session runs on its engine.
+    package enum Reason: Sendable, Equatable {
+        /// The caller named the engine.
+        case chosen
+        /// No terminal: libssh runs every session without one.
+        case noTerminal
+        /// The linked libssh sends terminal modes (0.11 and later): it runs terminals too.
+        case libsshSendsModes
+        /// A terminal, whose modes only libssh2 sends.
+        case terminalModes
+        /// A terminal, but the host's known keys are RSA keys, which libssh2 cannot verify.
+        case rsaHostKey
+        /// A terminal, but a key to offer is an RSA key, which libssh2 cannot sign with.
+        case rsaKey
+        /// A terminal, but the server turned out to need RSA (see ``SSHFailure/engineLimitation``).
+        case rsaServer
+    }
+
+    /// The engine.
+    package var kind: SSHEngineKind
+    /// Why.
+    package var reason: Reason
+
+    /// A choice.
+    package init(_ kind: SSHEngineKind, _ reason: Reason) {
+        self.kind = kind
+        self.reason = reason
+    }
+
+    /// The engine for a session: `chosen` if given; libssh without a terminal, or when it sends
+    /// terminal modes; otherwise libssh2, which sends them, unless the session will need RSA
+    /// where libssh2 has no rsa-sha2: the host's known keys (`knownHostKeyAlgorithms`) are all
+    /// RSA, or a key to offer (`keyAlgorithms`, e.g. `ssh-rsa`, `ssh-ed25519`) is RSA. Then
+    /// libssh, without the modes: decided before the login, so no key is offered twice.
+    package static func decide(chosen: SSHEngineKind? = nil, opensTerminal: Bool, knownHostKeyAlgorithms: [String]? = nil,
+                               keyAlgorithms: [String] = [], libssh: SSHEngineFeatures = .libssh,
+                               libssh2: SSHEngineFeatures = .libssh2) -> SSHEngineChoice {
+        if let chosen { return SSHEngineChoice(chosen, .chosen) }
+        guard opensTerminal else { return SSHEngineChoice(.libssh, .noTerminal) }
+        if libssh.sendsTerminalModes { return SSHEngineChoice(.libssh, .libsshSendsModes) }
+        if !libssh2.rsaSHA2 {
+            let rsa: (String) -> Bool = { $0 == "ssh-rsa" || $0.hasPrefix("rsa-sha2-") }
+            if let known = knownHostKeyAlgorithms, !known.isEmpty, known.allSatisfy(rsa) {
+                return SSHEngineChoice(.libssh, .rsaHostKey)
+            }
+            if keyAlgorithms.contains(where: rsa) { return SSHEngineChoice(.libssh, .rsaKey) }
+        }
+        return SSHEngineChoice(.libssh2, .terminalModes)
+    }
+
+    /// The choice for a session of `configuration` that `authentication` logs in: the host's
+    /// known key types from the host-key delegate, the keys from the authentication order.
+    package static func forSession(configuration: SSHSession.Configuration,
+                                   authentication: SSHOrderedAuthentication?) async -> SSHEngineChoice {
+        let quick = decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal)
+        guard quick.kind == .libssh2, quick.reason != .chosen else { return quick }
+        let known = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms()
+        let keys = await authentication?.keyAlgorithms() ?? []
+        return decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal, knownHostKeyAlgorithms: known,
+                      keyAlgorithms: keys)
+    }
+
+    /// What to log: the engine and why, in words.
+    package var explanation: String {
+        let version = kind.features.version
+        switch reason {
+        case .chosen: return "\(version), as chosen"
+        case .noTerminal: return "\(version): no terminal"
+        case .libsshSendsModes: return "\(version): it sends terminal modes"
+        case .terminalModes: return "\(version): it sends the terminal's modes, which \(SSHEngineFeatures.libssh.version) cannot"
+        case .rsaHostKey: return "\(version): the host's known key is an RSA key, which \(SSHEngineFeatures.libssh2.version) cannot verify"
+        case .rsaKey: return "\(version): a key to offer is an RSA key, which \(SSHEngineFeatures.libssh2.version) cannot sign with"
+        case .rsaServer: return "\(version): the server needs RSA, which \(SSHEngineFeatures.libssh2.version) cannot do"
+        }
     }
 }

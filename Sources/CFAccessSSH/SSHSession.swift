@@ -106,7 +106,6 @@ public final class SSHSession: Sendable {
     /// ``SSHFailure/Kind/authenticationFailed`` with the server's reason.
     @discardableResult
     public func authenticate(user: String, delegate: any SSHUserAuthenticationDelegate) async throws(SSHFailure) -> SSHAuthenticationOffer? {
-        (delegate as? SSHOrderedAuthentication)?.useEngine(engineKind.features)
         return try await core.authenticate(user: user, delegate: delegate)
     }
 

@@ -71,6 +71,7 @@ enum ExitStatus: Int32, Sendable, CaseIterable {
         case .protocolError: self = .protocolError
         case .localIO: self = .localIO
         case .configuration: self = .usage
+        default: self = .protocolError
         }
     }
 

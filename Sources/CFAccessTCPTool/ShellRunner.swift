@@ -49,9 +49,9 @@ final class ShellRunner {
     let forwards: [SSHLocalForward]
     /// The forwards' listening sockets, bound before connecting and kept across reconnects.
     private var listeners: [SSHForwardListener] = []
-    /// The engine of a terminal session, decided at its first connection
-    /// (`SSHEngineKind.forTerminal`), and libssh after a server turned out to need RSA.
-    private var terminalEngine: SSHEngineKind?
+    /// The engine of the session, decided before its first login (`SSHEngineChoice`), and
+    /// libssh after a server turned out to need RSA.
+    private var engine: SSHEngineChoice?
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
          sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
@@ -144,48 +144,44 @@ final class ShellRunner {
 
     /// Opens the tunnel and the SSH session: handshake with the host-key check, then
     /// authentication, both by the library's policy.
-    func connect(first: Bool, again: Bool = false) async throws(Stop) -> (AccessTunnel, SSHSession) {
-        if first && !again { progress("Connecting to \(target.host)…") }
-        let tunnel = AccessTunnel(options: settings.options, logger: logger,
-                                  transport: LiveTunnelTransport(logger: logger))
-        let stream: TunnelStream
-        do {
-            stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
-        } catch {
-            await tunnel.disconnect()
-            throw Stop(message: error.withFlags, status: ExitStatus(error))
+    func connect(first: Bool) async throws(Stop) -> (AccessTunnel, SSHSession) {
+        if first { progress("Connecting to \(target.host)…") }
+        if engine == nil {
+            let choice = await SSHEngineChoice.forSession(configuration: session, authentication: authentication)
+            logger.debug("the session runs on \(choice.explanation)")
+            engine = choice
         }
-        var configuration = session
-        if configuration.opensTerminal {
-            if terminalEngine == nil {
-                let (kind, reason) = await SSHEngineKind.forTerminal(configuration: session, authentication: authentication)
-                terminalEngine = kind
-                if let reason { logger.debug("the terminal session runs on libssh: \(reason)") }
+        while true {
+            let tunnel = AccessTunnel(options: settings.options, logger: logger, transport: LiveTunnelTransport(logger: logger))
+            let stream: TunnelStream
+            do {
+                stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
+            } catch {
+                await tunnel.disconnect()
+                throw Stop(message: error.withFlags, status: ExitStatus(error))
             }
-            configuration.engine = terminalEngine
+            var configuration = session
+            configuration.engine = engine?.kind
+            do {
+                let ssh = try SSHSession(stream: stream, configuration: configuration)
+                try await ssh.handshake()
+                try await ssh.authenticate(user: target.user, delegate: authentication)
+                for listener in listeners {
+                    try await ssh.startForwarding(listener)
+                }
+                if first { progress("Connected to \(target.host).") }
+                return (tunnel, ssh)
+            } catch {
+                await tunnel.disconnect()
+                // A terminal on libssh2 whose server needs RSA (an RSA-only host key, found in the
+                // key exchange): once more on libssh, which signs and verifies with rsa-sha2.
+                guard error.engineLimitation != nil, engine?.kind == .libssh2, engine?.reason != .chosen else {
+                    throw Stop(message: line(for: error), status: ExitStatus(error))
+                }
+                engine = SSHEngineChoice(.libssh, .rsaServer)
+                logger.debug("the session runs on \(engine!.explanation): \(error.message)")
+            }
         }
-        let ssh: SSHSession
-        do {
-            ssh = try SSHSession(stream: stream, configuration: configuration)
-            try await ssh.handshake()
-            // On libssh2 a refused RSA key ends the login at once: libssh, below, signs with it.
-            authentication.endAtRSALimitation(terminalEngine == .libssh2)
-            try await ssh.authenticate(user: target.user, delegate: authentication)
-            for listener in listeners {
-                try await ssh.startForwarding(listener)
-            }
-        } catch {
-            await tunnel.disconnect()
-            if terminalEngine == .libssh2, SSHEngineKind.libssh2.failedForRSA(error) {
-                // The server turned out to need RSA, which needs libssh: no terminal modes, then.
-                logger.debug("the terminal session runs on libssh: \(error.message)")
-                terminalEngine = .libssh
-                return try await connect(first: first, again: true)
-            }
-            throw Stop(message: line(for: error), status: ExitStatus(error))
-        }
-        if first { progress("Connected to \(target.host).") }
-        return (tunnel, ssh)
     }
 
     /// The failure line: the library's message, with the flag that gets past an unknown host key

@@ -76,7 +76,7 @@ struct OrderedAuthenticationTests {
         let delegate = SSHOrderedAuthentication(
             configuration: .init(account: account, agentSocketPath: "/run/agent", identityFiles: [plain],
                                  defaultIdentityFiles: [plain, locked, missing]),
-            prompts: prompts, logger: MemoryLog().logger, features: .linked) { socket in
+            prompts: prompts, logger: MemoryLog().logger) { socket in
                 listed.withLock { $0.append(socket) }
                 return [agentKey]
             }

@@ -51,18 +51,11 @@ package struct AuthenticationOrder: Sendable {
         package var keyboardInteractiveAttempts: Int
         /// Typed passwords tried.
         package var passwordAttempts: Int
-        /// What the linked SSH engine can do (RSA signatures).
-        package var features: SSHEngineFeatures
-        /// Whether an RSA key refused under the engine's RSA limitation ends the authentication at
-        /// once with that limitation (no notice), because the caller will connect again with an
-        /// engine that signs RSA (`cf-access-tcp shell`'s terminal sessions on libssh2).
-        package var endsAtRSALimitation = false
 
         /// Everything to try with; three tries of each kind by default.
         package init(account: SSHAccount, agentSocketPath: String? = nil, keys: [KeyFile] = [], identitiesOnly: Bool = false,
                      canAsk: Bool = true, hasPasswordStore: Bool = false, passphraseAttempts: Int = 3,
-                     keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3,
-                     features: SSHEngineFeatures = .linked) {
+                     keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3) {
             self.account = account
             self.agentSocketPath = agentSocketPath
             self.keys = keys
@@ -72,7 +65,6 @@ package struct AuthenticationOrder: Sendable {
             self.passphraseAttempts = passphraseAttempts
             self.keyboardInteractiveAttempts = keyboardInteractiveAttempts
             self.passwordAttempts = passwordAttempts
-            self.features = features
         }
     }
 
@@ -174,27 +166,17 @@ package struct AuthenticationOrder: Sendable {
     private var rememberedUsedInRound = false
     /// What the person typed at a password round of the current keyboard-interactive offer.
     private var typedInRound: String?
-    /// An RSA key was refused while the engine signs RSA only with SHA-1.
-    private var rsaRefused = false
+    /// The engine's limitation, once an RSA key was refused under it.
+    private var rsaLimitation: String?
 
-    /// Runs on a session of the engine with `features` (its RSA limitation), as the session
-    /// says before it asks for offers.
-    package mutating func use(features: SSHEngineFeatures) {
-        setup.features = features
-    }
-
-    /// Sets ``Setup/endsAtRSALimitation`` for the next authentication.
-    package mutating func endAtRSALimitation(_ ends: Bool) {
-        setup.endsAtRSALimitation = ends
-    }
-
-    /// The public key of the first key this order offers a server that accepts public keys, with
-    /// the agent holding `agentKeys` (nil: no key, or one whose public half is unknown).
-    package func firstPublicKey(agentKeys: [[UInt8]]) -> [UInt8]? {
-        switch planPublicKeys(agentKeys: agentKeys).first {
-        case .agent(let key): key
-        case .file(let index): setup.keys[index].publicKey
-        case nil: nil
+    /// The public keys this order offers a server that accepts public keys, in order, with the
+    /// agent holding `agentKeys` (a key file whose public half is unknown is left out).
+    package func publicKeys(agentKeys: [[UInt8]]) -> [[UInt8]] {
+        planPublicKeys(agentKeys: agentKeys).compactMap { step in
+            switch step {
+            case .agent(let key): key
+            case .file(let index): setup.keys[index].publicKey
+            }
         }
     }
 
@@ -269,7 +251,7 @@ package struct AuthenticationOrder: Sendable {
             self.methods = methods
             lastOffer = nil
             saved = .notLookedUp
-            rsaRefused = false
+            rsaLimitation = nil
             publicKeys = planPublicKeys(agentKeys: agentKeys)
             if let remembered, remembered != .keyboardInteractive {
                 stage = .remembered
@@ -403,11 +385,10 @@ package struct AuthenticationOrder: Sendable {
             return .fail(failure)
         case .publicKey(let position, let triesLeft):
             switch publicKeys[position] {
-            case .agent(let key):
+            case .agent:
                 // An agent that is gone or failed, or a key the server refused: on to the next.
                 guard [.authenticationFailed, .configuration, .localIO].contains(failure.kind) else { return .fail(failure) }
-                if failure.kind == .authenticationFailed { noteRefusedKey(key, name: "the agent's key", &notices) }
-                if let end = endForRSA(key: "the agent's key") { return end }
+                if failure.kind == .authenticationFailed { noteRefusedKey(failure, name: "the agent's key", &notices) }
                 return advance(from: .publicKey(position: position + 1, triesLeft: 0), &notices)
             case .file(let index):
                 let key = setup.keys[index]
@@ -417,8 +398,7 @@ package struct AuthenticationOrder: Sendable {
                     if key.encrypted && triesLeft > 0 { return .askPassphrase(keyPath: key.path) }
                     return advance(from: .publicKey(position: position + 1, triesLeft: 0), &notices)
                 case .authenticationFailed:
-                    if let blob = key.publicKey { noteRefusedKey(blob, name: key.path, &notices) }
-                    if let end = endForRSA(key: key.path) { return end }
+                    noteRefusedKey(failure, name: key.path, &notices)
                     return advance(from: .publicKey(position: position + 1, triesLeft: 0), &notices)
                 default:
                     return .fail(failure)
@@ -452,20 +432,12 @@ package struct AuthenticationOrder: Sendable {
         }
     }
 
-    /// A refused RSA key while the engine signs RSA only with SHA-1: said once, and remembered
-    /// for the final failure (issue 16 point 9).
-    private mutating func noteRefusedKey(_ blob: [UInt8], name: String, _ notices: inout [SSHAuthenticationNotice]) {
-        guard SSHPublicKeyBlob.algorithm(blob) == "ssh-rsa", let limitation = setup.features.rsaLimitation else { return }
-        if !rsaRefused && !setup.endsAtRSALimitation { notices.append(.rsaKeyRefused(key: name, reason: limitation)) }
-        rsaRefused = true
-    }
-
-    /// With ``Setup/endsAtRSALimitation``, the failure that ends the authentication once an RSA
-    /// key was refused under the engine's limitation.
-    private func endForRSA(key name: String) -> Action? {
-        guard rsaRefused, setup.endsAtRSALimitation, let limitation = setup.features.rsaLimitation else { return nil }
-        let who = "\(setup.account.user)@\(setup.account.host)"
-        return .fail(SSHFailure(.authenticationFailed, "Authentication failed: \(who) refused the RSA key \(name): \(limitation)"))
+    /// A key refused under the engine's limitation (an RSA key, an engine without rsa-sha2):
+    /// said once, and remembered for the final failure (issue 16 point 9).
+    private mutating func noteRefusedKey(_ failure: SSHFailure, name: String, _ notices: inout [SSHAuthenticationNotice]) {
+        guard let limitation = failure.engineLimitation else { return }
+        if rsaLimitation == nil { notices.append(.rsaKeyRefused(key: name, reason: limitation)) }
+        rsaLimitation = limitation
     }
 
     /// Nothing left to try.
@@ -475,7 +447,7 @@ package struct AuthenticationOrder: Sendable {
             return .fail(SSHFailure(.authenticationFailed, "Authentication failed: no authentication method offered by the server for \(who)"))
         }
         let offered = methods.names.joined(separator: ", ")
-        if rsaRefused, let limitation = setup.features.rsaLimitation {
+        if let limitation = rsaLimitation {
             return .fail(SSHFailure(.authenticationFailed,
                                     "Authentication failed: \(who) (the server offers: \(offered)): \(limitation)"))
         }

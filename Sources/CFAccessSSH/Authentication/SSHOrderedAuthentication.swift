@@ -92,14 +92,14 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
     /// at the start of each authentication.
     public convenience init(configuration: Configuration, prompts: any SSHAuthenticationPrompts,
                             logger: Logger = Logger(label: "cf-access-ssh")) {
-        self.init(configuration: configuration, prompts: prompts, logger: logger, features: .linked) { socket in
+        self.init(configuration: configuration, prompts: prompts, logger: logger) { socket in
             ((try? await SSHAgentIdentity.list(socketPath: socket)) ?? []).map(\.publicKey)
         }
     }
 
-    /// The same with the engine's features and the agent's key list given (tests).
+    /// The same with the agent's key list given (tests).
     package init(configuration: Configuration, prompts: any SSHAuthenticationPrompts, logger: Logger,
-                 features: SSHEngineFeatures, listAgent: @escaping @Sendable (String) async -> [[UInt8]]) {
+                 listAgent: @escaping @Sendable (String) async -> [[UInt8]]) {
         self.configuration = configuration
         self.prompts = prompts
         self.logger = logger
@@ -118,29 +118,17 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
             canAsk: prompts.canAsk, hasPasswordStore: configuration.passwordStore != nil,
             passphraseAttempts: configuration.passphraseAttempts,
             keyboardInteractiveAttempts: configuration.keyboardInteractiveAttempts,
-            passwordAttempts: configuration.passwordAttempts, features: features)
+            passwordAttempts: configuration.passwordAttempts)
         state = LockedBox(State(order: AuthenticationOrder(setup: setup)))
     }
 
-    /// Told by ``SSHSession/authenticate(user:delegate:)``: the engine of the session (what it
-    /// says about RSA keys depends on it).
-    func useEngine(_ features: SSHEngineFeatures) {
-        state.withLock { $0.order.use(features: features) }
-    }
-
-    /// Whether the first key this authentication offers (a server that takes public keys) is an
-    /// RSA key: an engine without rsa-sha2 would see it refused.
-    package func firstKeyIsRSA() async -> Bool {
+    /// The algorithms of the keys this authentication offers a server that takes public keys,
+    /// in order (`ssh-rsa`, `ssh-ed25519`, …): what the engine choice needs to know.
+    package func keyAlgorithms() async -> [String] {
         let order = state.withLock { $0.order }
         var agentKeys: [[UInt8]] = []
         if let socket = order.setup.agentSocketPath { agentKeys = await listAgent(socket) }
-        return order.firstPublicKey(agentKeys: agentKeys).map { SSHPublicKeyBlob.algorithm($0) == "ssh-rsa" } ?? false
-    }
-
-    /// Whether an RSA key refused under the engine's RSA limitation ends the next
-    /// authentication at once (the caller connects again with libssh).
-    package func endAtRSALimitation(_ ends: Bool) {
-        state.withLock { $0.order.endAtRSALimitation(ends) }
+        return order.publicKeys(agentKeys: agentKeys).map { SSHPublicKeyBlob.algorithm($0) }
     }
 
     /// The next offer in OpenSSH's order, asking the prompts and the password store on the way.

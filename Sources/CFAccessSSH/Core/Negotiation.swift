@@ -128,28 +128,38 @@ package enum KexDiagnosis {
     /// The first list with nothing in common, said plainly; nil if every list has a common
     /// name (the failure was something else).
     package static func explain(server: KexInit, hostKeysOffered: [String], kexOffered: [String],
-                                ciphersOffered: [String], macsOffered: [String], features: SSHEngineFeatures) -> String? {
+                                ciphersOffered: [String], macsOffered: [String], features: SSHEngineFeatures) -> SSHFailure? {
+        guard let why = explainText(server: server, hostKeysOffered: hostKeysOffered, kexOffered: kexOffered,
+                                    ciphersOffered: ciphersOffered, macsOffered: macsOffered, features: features) else { return nil }
+        var failure = SSHFailure(.protocolError, why.text)
+        failure.engineLimitation = why.limitation
+        return failure
+    }
+
+    private static func explainText(server: KexInit, hostKeysOffered: [String], kexOffered: [String], ciphersOffered: [String],
+                                    macsOffered: [String], features: SSHEngineFeatures) -> (text: String, limitation: String?)? {
         func common(_ theirs: [String], _ ours: [String]) -> Bool { theirs.contains(where: ours.contains) }
         if !common(server.hostKey, hostKeysOffered) {
             let rsaOnly = server.hostKey.contains(where: { $0.hasPrefix("rsa-sha2-") })
                 && !server.hostKey.contains(where: { HostKeyAlgorithms.openSSHOrder.contains($0) && !$0.contains("rsa") })
             if rsaOnly, let limitation = features.rsaLimitation {
-                return "The SSH server has only an RSA host key (it offers \(server.hostKey.joined(separator: ","))): \(limitation)"
+                return ("The SSH server has only an RSA host key (it offers \(server.hostKey.joined(separator: ","))): \(limitation)",
+                        limitation)
             }
-            return "No host-key algorithm in common: the SSH server offers \(server.hostKey.joined(separator: ",")); "
-                + "this client (\(features.version)) offers \(hostKeysOffered.joined(separator: ","))"
+            return ("No host-key algorithm in common: the SSH server offers \(server.hostKey.joined(separator: ",")); "
+                + "this client (\(features.version)) offers \(hostKeysOffered.joined(separator: ","))", nil)
         }
         if !common(server.kex, kexOffered) {
-            return "No key-exchange method in common: the SSH server offers \(server.kex.joined(separator: ",")); "
-                + "this client (\(features.version)) offers \(kexOffered.joined(separator: ","))"
+            return ("No key-exchange method in common: the SSH server offers \(server.kex.joined(separator: ",")); "
+                + "this client (\(features.version)) offers \(kexOffered.joined(separator: ","))", nil)
         }
         if !common(server.ciphers, ciphersOffered) {
-            return "No cipher in common: the SSH server offers \(server.ciphers.joined(separator: ",")); "
-                + "this client (\(features.version)) offers \(ciphersOffered.joined(separator: ","))"
+            return ("No cipher in common: the SSH server offers \(server.ciphers.joined(separator: ",")); "
+                + "this client (\(features.version)) offers \(ciphersOffered.joined(separator: ","))", nil)
         }
         if !common(server.macs, macsOffered) {
-            return "No MAC in common: the SSH server offers \(server.macs.joined(separator: ",")); "
-                + "this client (\(features.version)) offers \(macsOffered.joined(separator: ","))"
+            return ("No MAC in common: the SSH server offers \(server.macs.joined(separator: ",")); "
+                + "this client (\(features.version)) offers \(macsOffered.joined(separator: ","))", nil)
         }
         return nil
     }

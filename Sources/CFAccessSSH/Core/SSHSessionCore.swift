@@ -126,7 +126,7 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
             }
         } catch {
             if error.kind == .connectionLost, let reason = try? await onThread({ core in core.engine.serverDisconnect }) {
-                throw SSHFailure(.authenticationFailed, "Authentication failed: the SSH server disconnected: \(reason)", code: error.code)
+                throw SSHFailure(.authenticationFailed, "Authentication failed: the SSH server disconnected: \(reason)")
             }
             throw error
         }
@@ -147,9 +147,29 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
             }
         }
         try await onThread { [respond] core throws(SSHFailure) in
-            try core.offerOnThread(offer, user: user, respond: respond)
+            do throws(SSHFailure) {
+                try core.offerOnThread(offer, user: user, respond: respond)
+            } catch {
+                throw core.underLimitation(error, offer: offer)
+            }
             core.authenticated = true
         }
+    }
+
+    /// A refused RSA key, on a library that signs RSA only with SHA-1 (which OpenSSH 8.8 and
+    /// later refuse): the failure carries the limitation, since another engine may get in.
+    private func underLimitation(_ failure: SSHFailure, offer: SSHAuthenticationOffer) -> SSHFailure {
+        guard failure.kind == .authenticationFailed, let limitation = Engine.features.rsaLimitation else { return failure }
+        let blob: [UInt8]?
+        switch offer {
+        case .privateKey(let path, _): blob = PrivateKeyFile.publicKey(path: path)
+        case .agentKey(_, let publicKey): blob = publicKey
+        default: blob = nil
+        }
+        guard let blob, SSHPublicKeyBlob.algorithm(blob) == "ssh-rsa" else { return failure }
+        var limited = failure
+        limited.engineLimitation = limitation
+        return limited
     }
 
     private func offerOnThread(_ offer: SSHAuthenticationOffer, user: String,

@@ -118,24 +118,24 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
         // stream) as their own refusal ("Waiting for USERAUTH response"): nothing more can
         // work, so that is a lost connection, with the server's reason when it gave one.
         if let reason = disconnectReason {
-            return SSHFailure(.connectionLost, "Connection closed by the SSH server while \(what): \(reason)", code: code)
+            return SSHFailure(.connectionLost, "Connection closed by the SSH server while \(what): \(reason)")
         }
         if peerClosed {
-            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)", code: code)
+            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)")
         }
         switch code {
         case LIBSSH2_ERROR_SOCKET_NONE, LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_SOCKET_RECV,
              LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_BANNER_RECV, LIBSSH2_ERROR_BANNER_SEND,
              LIBSSH2_ERROR_BAD_SOCKET, LIBSSH2_ERROR_SOCKET_TIMEOUT:
-            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)", code: code)
+            return SSHFailure(.connectionLost, "Connection lost: the SSH connection closed while \(what)")
         case LIBSSH2_ERROR_TIMEOUT:
             return state.timedOut(what)
         case LIBSSH2_ERROR_AUTHENTICATION_FAILED, LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED:
-            return SSHFailure(.authenticationFailed, "Authentication failed", code: code)
+            return SSHFailure(.authenticationFailed, "Authentication failed")
         case LIBSSH2_ERROR_FILE, LIBSSH2_ERROR_KEYFILE_AUTH_FAILED:
-            return SSHFailure(.localIO, "\(what): \(lastErrorText())", code: code)
+            return SSHFailure(.localIO, "\(what): \(lastErrorText())")
         default:
-            return SSHFailure(.protocolError, "SSH error while \(what): \(lastErrorText()) (\(code))", code: code)
+            return SSHFailure(.protocolError, "SSH error while \(what): \(lastErrorText()) (\(code))")
         }
     }
 
@@ -167,7 +167,7 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
                let why = KexDiagnosis.explain(server: server, hostKeysOffered: hostKeys, kexOffered: supportedAlgorithms(LIBSSH2_METHOD_KEX),
                                               ciphersOffered: supportedAlgorithms(LIBSSH2_METHOD_CRYPT_CS),
                                               macsOffered: supportedAlgorithms(LIBSSH2_METHOD_MAC_CS), features: Self.features) {
-                return SSHFailure(.protocolError, why, code: rc)
+                return why
             }
             return failure(rc, "handshaking")
         }
