@@ -114,6 +114,66 @@ struct SSHSessionLibraryTests {
         #expect(sshd.logText.contains("library test done"), "sshd did not log the disconnect message")
     }
 
+    @Test("withSSHSession: handshake, login and body, then always a disconnect: after a result, after the body's failure, after a refused login (each seen by sshd)")
+    func withSession() async throws {
+        let sshd = try SSHDFixture()
+        let edge = try EdgeFixture(certs: try certs(), target: "127.0.0.1:\(sshd.port)",
+                                   serviceTokens: [(testTokenID, testTokenSecret)])
+        struct OnePassword: SSHUserAuthenticationDelegate {
+            let password: String
+            func nextAuthenticationOffer(availableMethods: SSHAuthenticationMethods,
+                                         lastFailure: SSHFailure?) async throws(SSHFailure) -> SSHAuthenticationOffer? {
+                lastFailure == nil ? .password(password) : nil
+            }
+        }
+        let options = AccessTunnel.Options(connectTo: try ConnectTarget.parse("127.0.0.1:\(edge.port)"),
+                                           caFile: edge.certs.caFile.path, retry: .never)
+        let token = try ServiceToken(clientID: testTokenID, clientSecret: testTokenSecret)
+        let configuration = SSHSession.Configuration(hostKeyDelegate: RecordingHostKeys())
+        let kept = LockedBox<SSHSession?>(nil)
+        let output = try await withAccessTunnel(options: options, logger: quietLogger) { tunnel in
+            let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+            return try await withSSHSession(stream: stream, configuration: configuration, user: sshd.passwordUser,
+                                            authentication: OnePassword(password: sshd.password)) { ssh throws(SSHFailure) in
+                kept.withLock { $0 = ssh }
+                return try await ssh.exec("echo inside").standardOutput
+            }
+        }
+        #expect(String(decoding: output, as: UTF8.self) == "inside\n")
+        let after = await #expect(throws: SSHFailure.self) { try await kept.withLock { $0 }!.exec("true") }
+        #expect(after?.kind == .connectionLost, "the session was disconnected: \(String(describing: after))")
+
+        let thrown = await #expect(throws: SSHFailure.self) {
+            try await withAccessTunnel(options: options, logger: quietLogger) { tunnel in
+                let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+                _ = try await withSSHSession(stream: stream, configuration: configuration, user: sshd.passwordUser,
+                                             authentication: OnePassword(password: sshd.password)) { ssh throws(SSHFailure) in
+                    kept.withLock { $0 = ssh }
+                    throw SSHFailure(.configuration, "the body gave up")
+                }
+            }
+        }
+        #expect(thrown?.message == "the body gave up")
+        let afterThrow = await #expect(throws: SSHFailure.self) { try await kept.withLock { $0 }!.exec("true") }
+        #expect(afterThrow?.kind == .connectionLost)
+
+        let refused = await #expect(throws: SSHFailure.self) {
+            try await withAccessTunnel(options: options, logger: quietLogger) { tunnel in
+                let stream = try await tunnel.openStream(hostname: testHost, method: .serviceToken(token))
+                _ = try await withSSHSession(stream: stream, configuration: configuration, user: sshd.passwordUser,
+                                             authentication: OnePassword(password: "wrong")) { _ throws(SSHFailure) in
+                    Issue.record("the body ran without a login")
+                }
+            }
+        }
+        #expect(refused?.kind == .authenticationFailed, "\(String(describing: refused))")
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while sshd.logText.components(separatedBy: "disconnected by user").count < 4 && Date() < deadline {
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+        #expect(sshd.logText.components(separatedBy: "disconnected by user").count >= 3, "\(sshd.logText)")
+    }
+
     @Test("key file and agent authentication; an interactive channel sees its size, a resize and exits with a status", arguments: SSHEngineKind.allCases)
     func keyAgentAndInteractive(engine: SSHEngineKind) async throws {
         let sshd = try SSHDFixture()
