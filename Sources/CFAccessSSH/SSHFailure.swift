@@ -36,6 +36,9 @@ public struct SSHFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// or host key with a library that has no rsa-sha2): the limitation and the way out. Another
     /// engine would get past it.
     package var engineLimitation: String?
+    /// The server accepts the key offered without its passphrase (probed with the public half,
+    /// as OpenSSH does): ask for the passphrase now.
+    package var needsPassphrase = false
 
     /// Creates a failure.
     public init(_ kind: Kind, _ message: String) {

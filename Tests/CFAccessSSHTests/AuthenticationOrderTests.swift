@@ -99,6 +99,22 @@ struct AuthenticationOrderTests {
         }
     }
 
+    @Test("an encrypted key whose public half is known is offered without its passphrase first (the session probes it): refused, the next key comes and nothing is asked; accepted, the passphrase is asked, then the key offered with it")
+    func probedBeforePassphrase() {
+        let locked = Self.blob(7), other = Self.blob(8)
+        var machine = order(agent: nil, keys: [.init(path: "/k/locked", encrypted: true, publicKey: locked),
+                                               .init(path: "/k/other", encrypted: true, publicKey: other)])
+        #expect(machine.next(.start([.publicKey])).action == .offer(.privateKey(path: "/k/locked", passphrase: nil)))
+        let step = machine.next(.refused(refused))
+        #expect(step == .init(notices: [], action: .offer(.privateKey(path: "/k/other", passphrase: nil))), "no passphrase asked for a refused key")
+        var accepted = SSHFailure(.localIO, "using the key /k/other: the server accepts it; its passphrase is needed")
+        accepted.needsPassphrase = true
+        #expect(machine.next(.refused(accepted)) == .init(notices: [], action: .askPassphrase(keyPath: "/k/other")))
+        #expect(machine.next(.passphrase("right")).action == .offer(.privateKey(path: "/k/other", passphrase: "right")))
+        let wrong = machine.next(.refused(SSHFailure(.localIO, "using the key /k/other: wrong passphrase")))
+        #expect(wrong == .init(notices: [.badPassphrase(keyPath: "/k/other")], action: .askPassphrase(keyPath: "/k/other")))
+    }
+
     @Test("no passphrase given skips the key; an unreadable plain key is said once and skipped")
     func skippedKeys() {
         var machine = order(agent: nil, keys: [.init(path: "/k/locked", encrypted: true), .init(path: "/k/broken", encrypted: false),

@@ -202,6 +202,22 @@ struct ShellTerminalTests {
         #expect(!screen.contains("cfat-phrase"))
     }
 
+    @Test("an encrypted key the server does not accept is probed with its public half and skipped: no passphrase is asked, the next key logs in (as OpenSSH); on both engines", arguments: ShellEngine.allCases)
+    func refusedEncryptedKeyNotAsked(engine: ShellEngine) throws {
+        let world = try ShellWorld()
+        try world.trustHostKey()
+        let stranger = world.home.appendingPathComponent("stranger_locked")
+        let made = try run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "cfat-phrase", "-f", stranger.path], timeout: 30)
+        #expect(made.status == 0, "\(made.stderr)")
+        let arguments = world.arguments(user: world.sshd.keyUser, extra: engine.flags + ["-i", stranger.path, "-i", world.sshd.clientKeyPath.path],
+                                        command: ["echo", "probed-\(engine)"])
+        let terminal = try TmuxTerminal(command: try world.toolCommandLine(arguments))
+        #expect(try terminal.exitStatus() == 0)
+        let screen = try terminal.screen()
+        #expect(screen.contains("probed-\(engine)"), "\(screen)")
+        #expect(!screen.contains("Enter passphrase"), "a passphrase was asked for a key the server refuses: \(screen)")
+    }
+
     @Test("reconnect gives up after 1 s, 5 s and 15 s when the edge stays away: the plain failure, exit 75, terminal restored")
     func reconnectGivesUp() throws {
         let world = try ShellWorld()

@@ -330,6 +330,9 @@ package struct AuthenticationOrder: Sendable {
                             continue
                         }
                         stage = .publicKey(position: position, triesLeft: setup.passphraseAttempts)
+                        // Its public half known: offered first (the session probes with it), so
+                        // the passphrase is asked only for a key the server accepts.
+                        if key.publicKey != nil { return .offer(.privateKey(path: key.path, passphrase: nil)) }
                         return .askPassphrase(keyPath: key.path)
                     }
                     stage = .publicKey(position: position, triesLeft: 0)
@@ -393,6 +396,8 @@ package struct AuthenticationOrder: Sendable {
             case .file(let index):
                 let key = setup.keys[index]
                 switch failure.kind {
+                case .localIO where failure.needsPassphrase && key.encrypted && triesLeft > 0:
+                    return .askPassphrase(keyPath: key.path)
                 case .localIO:
                     notices.append(key.encrypted ? .badPassphrase(keyPath: key.path) : .unreadableKey(keyPath: key.path))
                     if key.encrypted && triesLeft > 0 { return .askPassphrase(keyPath: key.path) }

@@ -66,6 +66,9 @@ protocol SSHEngine: AnyObject, Sendable {
     func noneMethod(user: String) throws(SSHFailure) -> SSHAuthenticationMethods?
     /// A password; throws ``SSHFailure/Kind/authenticationFailed`` when refused.
     func offerPassword(user: String, password: String) throws(SSHFailure)
+    /// Whether the server would accept the public key `blob` (a query without a signature, as
+    /// OpenSSH sends before it asks for a passphrase).
+    func probeKey(user: String, publicKey blob: [UInt8]) throws(SSHFailure) -> Bool
     /// A key file, with `certificate` (a `-cert.pub` file) as its public half when given.
     func offerKey(user: String, path: String, certificate: String?, passphrase: String?) throws(SSHFailure)
     /// The agent's identities (only the one whose public blob is `only`, if given).

@@ -177,6 +177,16 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
         switch offer {
         case .password(let password):
             try engine.offerPassword(user: user, password: password)
+        case .privateKey(let path, nil) where PrivateKeyFile.isEncrypted(path: path):
+            // An encrypted key without its passphrase: as OpenSSH does, the public half is
+            // offered first; only a key the server accepts is worth a passphrase.
+            guard let blob = PrivateKeyFile.publicKey(path: path) else {
+                throw SSHFailure(.localIO, "using the key \(path): it is encrypted: its passphrase is needed")
+            }
+            guard try engine.probeKey(user: user, publicKey: blob) else { throw SSHFailure(.authenticationFailed, "Authentication failed") }
+            var failure = SSHFailure(.localIO, "using the key \(path): the server accepts it; its passphrase is needed")
+            failure.needsPassphrase = true
+            throw failure
         case .privateKey(let path, let passphrase):
             // As OpenSSH does, a certificate beside the key (`key-cert.pub`) is offered first,
             // then the bare key.

@@ -233,6 +233,19 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         try judge(rc, "authenticating with a password")
     }
 
+    func probeKey(user: String, publicKey blob: [UInt8]) throws(SSHFailure) -> Bool {
+        var key: OpaquePointer?
+        let type = ssh_key_type_from_name(SSHPublicKeyBlob.algorithm(blob))
+        guard ssh_pki_import_pubkey_base64(Base64.encode(blob, alphabet: .standard, padded: true), type, &key) == SSH_OK, let key else {
+            return true   // a key libssh cannot read cannot be probed: its passphrase decides
+        }
+        defer { ssh_key_free(key) }
+        let rc = try retry("authenticating", until: deadline(), again: SSH_AUTH_AGAIN.rawValue) { ssh_userauth_try_publickey(raw, user, key) }
+        if rc == SSH_AUTH_SUCCESS.rawValue { return true }
+        if rc == SSH_AUTH_DENIED.rawValue || rc == SSH_AUTH_PARTIAL.rawValue { return false }
+        throw failure(rc, "offering a public key")
+    }
+
     func offerKey(user: String, path: String, certificate: String?, passphrase: String?) throws(SSHFailure) {
         var key: OpaquePointer?
         // Never nil: without a passphrase and a callback, OpenSSL would ask on the terminal.

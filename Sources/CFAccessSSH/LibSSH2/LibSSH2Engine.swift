@@ -41,6 +41,8 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
     var disconnectReason: String?
     /// The stream ended (recv returned 0).
     var peerClosed = false
+    /// The server accepted the public key last probed.
+    var probeAccepted = false
     /// Channels closed by us whose server close may still come: freed once it did.
     private var detached: [OpaquePointer] = []
 
@@ -205,6 +207,21 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
             libssh2_userauth_password_ex(raw, user, UInt32(user.utf8.count), password, UInt32(password.utf8.count), nil)
         }
         guard rc == 0 else { throw failure(rc, "authenticating with a password") }
+    }
+
+    func probeKey(user: String, publicKey blob: [UInt8]) throws(SSHFailure) -> Bool {
+        // libssh2 sends the key without a signature first and calls for a signature only once
+        // the server said it would accept it (SSH_MSG_USERAUTH_PK_OK): the callback notes that
+        // and declines to sign.
+        probeAccepted = false
+        let abstract = libssh2_session_abstract(raw)
+        let rc = try retry("authenticating", until: deadline()) {
+            blob.withUnsafeBufferPointer { libssh2_userauth_publickey(raw, user, $0.baseAddress, $0.count, probeSignCallback, abstract) }
+        }
+        if probeAccepted || rc == 0 { return true }
+        let failure = failure(rc, "offering a public key")
+        if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+        return false
     }
 
     func offerKey(user: String, path: String, certificate: String?, passphrase: String?) throws(SSHFailure) {
@@ -461,6 +478,15 @@ private let sendCallback: @convention(c) (
         return n < 0 ? -Int(errno) : n
     }
     return engine.io.send(buffer, length, flags: flags)
+}
+
+/// libssh2's signing callback while a key is probed: the server accepted the key; no signature.
+private let probeSignCallback: @convention(c) (
+    OpaquePointer?, UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?, UnsafeMutablePointer<Int>?, UnsafePointer<UInt8>?, Int,
+    UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> Int32 = { _, _, _, _, _, abstract in
+    sessionEngine(abstract)?.probeAccepted = true
+    return -1
 }
 
 /// libssh2's disconnect callback: keeps the server's reason, visible-safe, for the failure.
