@@ -84,15 +84,41 @@ package enum FileDescriptors {
     /// Writes all of `bytes` to `fd`, as `writeAll(_:_:)` for text.
     @discardableResult
     package static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        bytes.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let n = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return false }
+        bytes.withUnsafeBytes { write(all: $0, to: fd) } == nil
+    }
+
+    /// The one way bytes are written out whole: again after a short write or EINTR, waiting
+    /// (poll) while a non-blocking descriptor is full. A socket is written with `MSG_NOSIGNAL`,
+    /// so a closed peer is an error (EPIPE), never SIGPIPE; other descriptors with `write`.
+    /// Returns nil when every byte was written, else the errno of the failure (EIO for a write
+    /// that took nothing).
+    package static func write(all bytes: UnsafeRawBufferPointer, to fd: Int32) -> Int32? {
+        var offset = 0
+        var socket = true
+        while offset < bytes.count {
+            let start = bytes.baseAddress! + offset, left = bytes.count - offset
+            let n = socket ? Glibc.send(fd, start, left, Int32(MSG_NOSIGNAL)) : Glibc.write(fd, start, left)
+            if n > 0 {
                 offset += n
+                continue
             }
-            return true
+            if n < 0 {
+                switch errno {
+                case ENOTSOCK where socket:
+                    socket = false
+                    continue
+                case EINTR:
+                    continue
+                case EAGAIN, EWOULDBLOCK:
+                    var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&entry, 1, 1000)
+                    continue
+                default:
+                    return errno
+                }
+            }
+            return EIO
         }
+        return nil
     }
 }

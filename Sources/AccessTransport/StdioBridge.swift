@@ -27,7 +27,7 @@ package enum StdioBridge {
                 let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { break }
-                if writeAll(socket, buffer, count: n) != nil { break }
+                if buffer.withUnsafeBytes({ FileDescriptors.write(all: UnsafeRawBufferPointer(rebasing: $0[..<n]), to: socket) }) != nil { break }
             }
             _ = shutdown(socket, Int32(SHUT_WR))
         }
@@ -38,7 +38,7 @@ package enum StdioBridge {
                 let n = buffer.withUnsafeMutableBytes { read(socket, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { break }
-                if let failure = writeAll(output, buffer, count: n) {
+                if let failure = buffer.withUnsafeBytes({ FileDescriptors.write(all: UnsafeRawBufferPointer(rebasing: $0[..<n]), to: output) }) {
                     outcome = .outputFailed(failure)
                     _ = shutdown(socket, Int32(SHUT_RDWR))
                     break
@@ -48,18 +48,5 @@ package enum StdioBridge {
         }
         PThread.start(name: "cfat stdin", inbound)
         PThread.start(name: "cfat stdout", outbound)
-    }
-
-    /// Writes `count` bytes; returns the errno of a failed write, nil when all were written.
-    private static func writeAll(_ fd: Int32, _ buffer: [UInt8], count: Int) -> Int32? {
-        var offset = 0
-        while offset < count {
-            let w = buffer.withUnsafeBytes { write(fd, $0.baseAddress! + offset, count - offset) }
-            if w < 0 && errno == EINTR { continue }
-            if w < 0 { return errno }
-            if w == 0 { return EIO }
-            offset += w
-        }
-        return nil
     }
 }

@@ -22,7 +22,7 @@ final class ChannelControl: @unchecked Sendable {
     init() throws(SSHFailure) {
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else {
-            throw SSHFailure(.localIO, "cannot create a pipe: \(String(cString: strerror(errno)))")
+            throw SSHFailure(.localIO, "cannot create a pipe: \(SystemError.current().text)")
         }
         for end in fds {
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
@@ -61,28 +61,9 @@ final class ChannelControl: @unchecked Sendable {
 /// Where a channel's output goes: (stream 0 = stdout, 1 = stderr, bytes) -> written?
 typealias OutputSink = @Sendable (Int32, UnsafeRawBufferPointer) -> Bool
 
-/// Writes all of `bytes` to `fd`, waiting if the descriptor is non-blocking and full.
-func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-    var offset = 0
-    while offset < bytes.count {
-        let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-        if n > 0 {
-            offset += n
-        } else if n < 0 && errno == EINTR {
-            continue
-        } else if n < 0 && errno == EAGAIN {
-            var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&entry, 1, 1000)
-        } else {
-            return false
-        }
-    }
-    return true
-}
-
 /// A sink writing stdout and stderr to two descriptors.
 func descriptorSink(output: Int32, error: Int32) -> OutputSink {
-    { stream, bytes in writeAll(stream == 0 ? output : error, bytes) }
+    { stream, bytes in FileDescriptors.write(all: bytes, to: stream == 0 ? output : error).map { errno = $0 } == nil }
 }
 
 /// Collects a command's output in memory.

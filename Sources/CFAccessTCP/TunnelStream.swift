@@ -231,7 +231,7 @@ public final class TunnelStream: Sendable {
     }
 
     private static func localFailure(_ what: String, _ code: Int32) -> TunnelFailure {
-        TunnelFailure(category: .localResource, isRetryable: false, message: "\(what) failed: \(String(cString: strerror(code)))",
+        TunnelFailure(category: .localResource, isRetryable: false, message: "\(what) failed: \(SystemError(code).text)",
                       detail: "errno \(code)", kind: .localIO)
     }
 

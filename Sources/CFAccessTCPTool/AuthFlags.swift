@@ -128,13 +128,13 @@ func checkCAFile(_ path: String?) throws(ConfigurationError) {
     guard let path else { return }
     var info = stat()
     guard stat(path, &info) == 0 else {
-        throw ConfigurationError("--ca-file \(path): \(String(cString: strerror(errno))); give a readable PEM file of CA certificates")
+        throw ConfigurationError("--ca-file \(path): \(SystemError.current().text); give a readable PEM file of CA certificates")
     }
     guard info.st_mode & S_IFMT == S_IFREG else {
         throw ConfigurationError("--ca-file \(path) is not a regular file; give a readable PEM file of CA certificates")
     }
     guard access(path, R_OK) == 0 else {
-        throw ConfigurationError("--ca-file \(path) cannot be read (\(String(cString: strerror(errno)))); "
+        throw ConfigurationError("--ca-file \(path) cannot be read (\(SystemError.current().text)); "
                                  + "give a readable PEM file of CA certificates")
     }
 }

@@ -189,7 +189,7 @@ struct TCPCommand: AsyncParsableCommand {
         let end = await stream.ended(within: 5)
         await tunnel.disconnect()
         if case .outputFailed(let code) = outcome.withLock({ $0 }) {
-            report.line("cannot write to stdout: \(String(cString: strerror(code))); the tunnel to \(settings.origin.host) was closed")
+            report.line("cannot write to stdout: \(SystemError(code).text); the tunnel to \(settings.origin.host) was closed")
             throw ExitStatus(TunnelEnd.localIOFailed(detail: "stdout")).code
         }
         if let end, !end.isClean {
@@ -331,7 +331,8 @@ func usageFailure(_ message: String) -> ExitCode {
 }
 
 /// Handles `signals` (SIGINT and SIGTERM unless told otherwise) on a dispatch queue instead of
-/// dying at once. The handling lasts as long as the returned sources live.
+/// their default action: the tool's one signal installer. The handling lasts as long as the
+/// returned sources live (cancel them to stop it).
 func handleInterrupts(_ signals: [Int32] = [SIGINT, SIGTERM],
                       _ handler: @escaping @Sendable (Int32) -> Void) -> [DispatchSourceSignal] {
     signals.map { (number: Int32) -> DispatchSourceSignal in

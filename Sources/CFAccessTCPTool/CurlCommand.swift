@@ -66,14 +66,14 @@ struct CurlCommand: AsyncParsableCommand {
         if let token {
             var fds: [Int32] = [-1, -1]
             guard pipe(&fds) == 0 else {
-                writeStderr("cf-access-tcp: cannot hand the token to curl: \(String(cString: strerror(errno)))")
+                writeStderr("cf-access-tcp: cannot hand the token to curl: \(SystemError.current().text)")
                 return ExitStatus.localIO.rawValue
             }
             let line = Array("cf-access-token: \(token)\n".utf8)
             let written = line.withUnsafeBytes { write(fds[1], $0.baseAddress, $0.count) }
             close(fds[1])
             guard written == line.count else {
-                writeStderr("cf-access-tcp: cannot hand the token to curl: \(String(cString: strerror(errno)))")
+                writeStderr("cf-access-tcp: cannot hand the token to curl: \(SystemError.current().text)")
                 return ExitStatus.localIO.rawValue
             }
             argv += ["-H", "@/dev/fd/\(fds[0])"]
@@ -81,7 +81,7 @@ struct CurlCommand: AsyncParsableCommand {
         var cArguments = argv.map { strdup($0) }
         cArguments.append(nil)
         execvp("curl", &cArguments)
-        let reason = String(cString: strerror(errno))
+        let reason = SystemError.current().text
         writeStderr("cf-access-tcp: cannot run curl: \(reason)" + (errno == ENOENT ? " (install the curl package)" : ""))
         return ExitStatus.unavailable.rawValue
     }

@@ -67,7 +67,7 @@ extension LoggingSetup {
         for component in path.split(separator: "/") {
             prefix += (prefix.isEmpty || prefix.hasSuffix("/") ? "" : "/") + component
             if mkdir(prefix, 0o700) == 0 || errno == EEXIST { continue }
-            throw ConfigurationError("cannot create the log directory \(prefix): \(String(cString: strerror(errno)))")
+            throw ConfigurationError("cannot create the log directory \(prefix): \(SystemError.current().text)")
         }
         var info = stat()
         guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {

@@ -93,13 +93,7 @@ final class ShellRunner {
     func run() async -> Int32 {
         // SIGINT, SIGTERM, SIGHUP end the run through exit(), whose hook puts the terminal back
         // (raw mode, or a password prompt's echo off).
-        let stops = [SIGINT, SIGTERM, SIGHUP].map { number -> DispatchSourceSignal in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { exit(128 + number) }
-            source.resume()
-            return source
-        }
+        let stops = handleInterrupts([SIGINT, SIGTERM, SIGHUP]) { number in exit(128 + number) }
         defer { stops.forEach { $0.cancel() } }
         // The forwards' ports first: one that cannot be had ends the run before any connection.
         do {
@@ -310,14 +304,11 @@ final class ShellRunner {
             TerminalRestorer.forget()
         }
         let current = LockedBox<SSHInteractiveChannel?>(nil)
-        signal(SIGWINCH, SIG_IGN)
-        let winch = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
-        winch.setEventHandler {
+        let winch = handleInterrupts([SIGWINCH]) { _ in
             let size = terminalSize(0)
             current.withLock { $0 }?.resize(columns: size.columns, rows: size.rows)
         }
-        winch.resume()
-        defer { winch.cancel() }
+        defer { winch.forEach { $0.cancel() } }
 
         while true {
             let size = terminalSize(0)

@@ -32,7 +32,7 @@ enum AgentWire {
             raw[bytes.count] = 0
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw SSHFailure(.localIO, "cannot create a socket: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw SSHFailure(.localIO, "cannot create a socket: \(SystemError.current().text)") }
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
@@ -41,18 +41,6 @@ enum AgentWire {
             throw SSHFailure(.configuration, "cannot reach the ssh-agent at \(name)")
         }
         return fd
-    }
-
-    /// Writes all of `bytes`; false on an error.
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            offset += n
-        }
-        return true
     }
 
     /// Reads exactly `count` bytes; nil on EOF or an error.
@@ -79,7 +67,7 @@ enum AgentWire {
     /// Writes one message body with its length.
     static func writeMessage(_ fd: Int32, _ body: [UInt8]) -> Bool {
         let count = UInt32(body.count)
-        return writeAll(fd, [UInt8(count >> 24), UInt8(count >> 16 & 0xff), UInt8(count >> 8 & 0xff), UInt8(count & 0xff)] + body)
+        return FileDescriptors.writeAll(fd, [UInt8(count >> 24), UInt8(count >> 16 & 0xff), UInt8(count >> 8 & 0xff), UInt8(count & 0xff)] + body)
     }
 
     /// The identities of an identities answer (`body` starts with its type), or nil if malformed.
@@ -168,7 +156,7 @@ final class AgentProxy: @unchecked Sendable {
     init() throws(SSHFailure) {
         var fds: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            throw SSHFailure(.localIO, "cannot create a socket pair: \(String(cString: strerror(errno)))")
+            throw SSHFailure(.localIO, "cannot create a socket pair: \(SystemError.current().text)")
         }
         libsshEnd = fds[0]
         ourEnd = fds[1]

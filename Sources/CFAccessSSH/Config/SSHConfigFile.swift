@@ -1,3 +1,4 @@
+import AccessTransport
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -209,7 +210,7 @@ extension SSHConfigFile {
         var info = stat()
         guard stat(path, &info) == 0 else {
             if errno == ENOENT { return nil }
-            throw SSHConfigError(source: path, line: 0, reason: "cannot read it: \(String(cString: strerror(errno)))")
+            throw SSHConfigError(source: path, line: 0, reason: "cannot read it: \(SystemError.current().text)")
         }
         if info.st_mode & S_IFMT == S_IFDIR {
             throw SSHConfigError(source: path, line: 0, reason: "is a directory, not an ssh_config file")
@@ -219,7 +220,7 @@ extension SSHConfigFile {
                                  reason: "bad owner or permissions: it must be yours and writable by you only (chmod go-w \(path))")
         }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw SSHConfigError(source: path, line: 0, reason: "cannot read it: \(String(cString: strerror(errno)))")
+            throw SSHConfigError(source: path, line: 0, reason: "cannot read it: \(SystemError.current().text)")
         }
         return try SSHConfigFile(text: String(decoding: data, as: UTF8.self), path: path, kind: kind)
     }

@@ -179,7 +179,7 @@ public final class SSHForwardListener: Sendable {
             }
             let shown = numericHost(info.ai_addr, info.ai_addrlen) ?? address
             guard bind(fd, info.ai_addr, info.ai_addrlen) == 0, Glibc.listen(fd, 128) == 0 else {
-                let why = String(cString: strerror(errno))
+                let why = SystemError.current().text
                 _ = Glibc.close(fd)
                 result.forEach { _ = Glibc.close($0.0) }
                 let where_ = shown.contains(":") ? "[\(shown)]:\(port)" : "\(shown):\(port)"

@@ -83,7 +83,7 @@ public struct KnownHosts: Sendable {
     public func entries(host: String, port: Int) throws(SSHFailure) -> [Entry] {
         guard FileManager.default.fileExists(atPath: path) else { return [] }
         guard let data = FileDescriptors.readSmallFile(path) else {
-            throw SSHFailure(.localIO, "cannot read \(path): \(String(cString: strerror(errno)))")
+            throw SSHFailure(.localIO, "cannot read \(path): \(SystemError.current().text)")
         }
         return Self.entries(in: String(decoding: data, as: UTF8.self), naming: Self.entryName(host: host, port: port))
     }
@@ -193,11 +193,11 @@ public struct KnownHosts: Sendable {
         let directory = PathText.deletingLastComponent(path)
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
-                throw SSHFailure(.localIO, "cannot create \(directory): \(String(cString: strerror(errno)))")
+                throw SSHFailure(.localIO, "cannot create \(directory): \(SystemError.current().text)")
             }
         }
         let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw SSHFailure(.localIO, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw SSHFailure(.localIO, "cannot write \(path): \(SystemError.current().text)") }
         defer { close(fd) }
         // A file whose last line lacks its newline gets one first.
         var prefix = ""
@@ -205,8 +205,9 @@ public struct KnownHosts: Sendable {
             prefix = "\n"
         }
         let line = prefix + "\(Self.entryName(host: host, port: port)) \(key.knownHostsText)\n"
-        let ok = Array(line.utf8).withUnsafeBytes { writeAll(fd, $0) }
-        guard ok else { throw SSHFailure(.localIO, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        if let failure = Array(line.utf8).withUnsafeBytes({ FileDescriptors.write(all: $0, to: fd) }) {
+            throw SSHFailure(.localIO, "cannot write \(path): \(SystemError(failure).text)")
+        }
     }
 }
 
