@@ -102,8 +102,10 @@ let package = Package(
         // The tool carries its own Swift runtime and FoundationEssentials (see `staticSwiftRuntime`).
         // Writes the git commit into the tool for `--version` (BuildInfo.swift, before each build).
         .plugin(name: "BuildInfo", capability: .buildTool(), path: "Plugins/BuildInfo"),
+        // The tool's pure decisions, apart so that a test target can reach them.
+        .target(name: "ToolDecisions", dependencies: ["CFAccessSSH", "AccessCore"], swiftSettings: strictSwift),
         .executableTarget(name: "CFAccessTCPTool",
-                          dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport",
+                          dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "ToolDecisions",
                                          // What only the tool changes in its process: OpenSSL's exit
                                          // cleanup, libwebsockets' log, core dumps (ToolProcess).
                                          "CCFShim", "CCFOpenSSL", "CCFWebSockets",
@@ -150,6 +152,10 @@ let package = Package(
         // with scripted doubles: no sshd.
         .testTarget(name: "CFAccessSSHTests",
                     dependencies: ["CFAccessSSH", "AccessTransport", "AccessTestSupport", .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
+        // The tool's pure decisions (shell's terminal choice, key list, mode): no process.
+        .testTarget(name: "CFAccessTCPToolTests",
+                    dependencies: ["ToolDecisions", "CFAccessSSH", "AccessCore"],
                     swiftSettings: strictSwift),
         // The emulator's frame reader, checked against the client's framing.
         .testTarget(name: "AccessEdgeTests",

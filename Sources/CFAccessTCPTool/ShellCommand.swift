@@ -5,6 +5,7 @@ import CFAccessSSH
 import CFAccessTCP
 import FoundationEssentials
 import Logging
+import ToolDecisions
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -53,45 +54,9 @@ struct ShellCommand: AsyncParsableCommand {
 
     @OptionGroup var flags: TunnelFlagsNamed<ShellFlagNames>
 
-    @Option(name: .customShort("p", allowingJoined: true),
-            help: "The SSH port the known_hosts entry and the saved password are keyed to (default: Port in ssh_config, else 22).")
-    var port: Int?
+    @OptionGroup var account: SSHAccountOptions
 
-    @Option(name: .customShort("l", allowingJoined: true), help: "The user to log in as (default: user@ of the destination, else User in ssh_config, else $USER).")
-    var loginName: String?
-
-    @Option(name: .customShort("i", allowingJoined: true), help: "A private key file to try first (repeatable); its -cert.pub certificate is offered too.")
-    var identity: [String] = []
-
-    @Flag(name: .customLong("identities-only"),
-          help: "Use only the -i keys (and the default key files), not the agent's other keys (OpenSSH's IdentitiesOnly).")
-    var identitiesOnly = false
-
-    @Option(name: .customShort("F", allowingJoined: true),
-            help: "The ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config (none: no file).")
-    var configFile: String?
-
-    @Option(name: .customShort("o", allowingJoined: true),
-            help: "An ssh_config option, Keyword=value, e.g. -o User=me (repeatable; wins over the files).")
-    var options: [String] = []
-
-    @Flag(name: .customShort("q"), help: "Quiet: no \"Connecting…\", \"Connected\", \"Connection … closed.\" or other informational lines.")
-    var quiet = false
-
-    @Flag(name: .customShort("T"), help: "No pseudo-terminal, like ssh -T (without a command: the login shell reads stdin).")
-    var noTerminal = false
-
-    @Flag(name: .customShort("t"),
-          help: "A pseudo-terminal even for a command, like ssh -t (full-screen programs); -tt even when stdin is not a terminal.")
-    var terminalRequests: Int
-
-    @Option(name: .customShort("L", allowingJoined: true),
-            help: ArgumentHelp("Forward a local port over the SSH session, like ssh -L: connections to port (on the loopback addresses unless bind_address is given; * for all) reach host:hostport as the server sees it (repeatable).",
-                               valueName: "[bind_address:]port:host:hostport"))
-    var localForwards: [String] = []
-
-    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L), like ssh -N.")
-    var noCommand = false
+    @OptionGroup var session: SSHSessionOptions
 
     @Flag(name: .customLong("accept-new"), help: "Add an unknown host key to known_hosts without asking (a changed key is still refused).")
     var acceptNew = false
@@ -102,9 +67,6 @@ struct ShellCommand: AsyncParsableCommand {
     @Option(name: .customLong("timeout"),
             help: "Seconds to connect (tunnel and SSH handshake) before \"Connection timed out.\" (default: ConnectTimeout in ssh_config, else 15).")
     var timeout: Int?
-
-    @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
-    var tmux: String?
 
     @Option(name: .customLong("server-alive-interval"),
             help: "Seconds between SSH keepalives; three intervals without a byte from the server mean the connection is lost (default: ServerAliveInterval in ssh_config, else 10; 0 = off).")
@@ -133,6 +95,20 @@ struct ShellCommand: AsyncParsableCommand {
     /// The default connect timeout in seconds (`--timeout`, `ConnectTimeout`).
     static let defaultTimeout = 15
 
+    /// The flags' own checks, before anything is read: a contradiction or a value out of range is
+    /// one line and the usage status.
+    func validate() throws {
+        do {
+            try session.check(command: command)
+            if let timeout, !(1...600).contains(timeout) { throw ConfigurationError("--timeout must be between 1 and 600 seconds") }
+            if let serverAliveInterval, !(0...3600).contains(serverAliveInterval) {
+                throw ConfigurationError("--server-alive-interval must be between 0 (off) and 3600 seconds")
+            }
+        } catch {
+            throw usageFailure(error.message)
+        }
+    }
+
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
         let environment = ProcessInfo.processInfo.environment
@@ -144,16 +120,13 @@ struct ShellCommand: AsyncParsableCommand {
         let serverAliveInterval: Int
         let forwards: [SSHLocalForward]
         do {
-            guard noTerminal == false || terminalRequests == 0 else {
-                throw ConfigurationError("-T (no terminal) and -t (a terminal) contradict each other: give one")
-            }
-            let given = try ShellTarget(destination: destination, login: loginName, port: port, environment: environment)
+            let given = try ShellTarget(destination: destination, login: account.loginName, port: account.port, environment: environment)
             // ssh_config, as ssh reads it: the command line first, then the files.
-            let userGiven = loginName != nil || destination.contains("@")
+            let userGiven = account.loginName != nil || destination.contains("@")
             // Host patterns match the host as typed, case and all (as in ssh).
             let typed = destination.lastIndex(of: "@").map { String(destination[destination.index(after: $0)...]) } ?? destination
             do {
-                host = try SSHConfigResolver.standard(configFile: configFile, options: options, environment: environment)
+                host = try SSHConfigResolver.standard(configFile: account.configFile, options: account.options, environment: environment)
                     .resolve(host: typed.lowercased() == given.host ? typed : given.host, user: userGiven ? given.user : nil,
                              port: given.givenPort)
             } catch {
@@ -168,38 +141,13 @@ struct ShellCommand: AsyncParsableCommand {
                 }
                 return seconds
             } ?? Self.defaultTimeout
-            guard (1...600).contains(timeout) else {
-                throw ConfigurationError("--timeout must be between 1 and 600 seconds")
-            }
             serverAliveInterval = self.serverAliveInterval ?? host.serverAliveInterval.map { Int($0.components.seconds) }
                 ?? Self.defaultServerAliveInterval
             guard (0...3600).contains(serverAliveInterval) else {
-                throw ConfigurationError(self.serverAliveInterval == nil
-                    ? "ServerAliveInterval \(serverAliveInterval) in ssh_config: the interval must be between 0 (off) and 3600 seconds"
-                    : "--server-alive-interval must be between 0 (off) and 3600 seconds")
+                throw ConfigurationError("ServerAliveInterval \(serverAliveInterval) in ssh_config: the interval must be between 0 (off) and 3600 seconds")
             }
-            guard tmux == nil || command.isEmpty else {
-                throw ConfigurationError("--tmux starts a session of its own: give either --tmux or a command")
-            }
-            if let tmux, tmux.isEmpty || tmux.contains(where: { !($0.isLetter || $0.isNumber || "-_.".contains($0)) }) {
-                throw ConfigurationError("--tmux NAME may only use letters, digits, '-', '_' and '.'")
-            }
-            if tmux != nil && noTerminal {
-                throw ConfigurationError("--tmux needs a terminal: leave out -T")
-            }
-            if noCommand {
-                guard command.isEmpty, tmux == nil, terminalRequests == 0 else {
-                    throw ConfigurationError("-N runs no command: give -N without a command, --tmux or -t")
-                }
-            }
-            forwards = try localForwards.map { spec throws(ConfigurationError) in
-                do {
-                    return try SSHLocalForward(parsing: spec)
-                } catch {
-                    throw ConfigurationError("-L \(spec): expected [bind_address:]port:host:hostport, e.g. -L 8080:localhost:80")
-                }
-            }
-            for key in identity where !FileManager.default.isReadableFile(atPath: key) {
+            forwards = try session.forwards()
+            for key in account.identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
             }
             if let hostname = flags.hostname, hostname.lowercased() != target.host {
@@ -222,19 +170,15 @@ struct ShellCommand: AsyncParsableCommand {
         for block in host.skippedMatchBlocks {
             logging.logger.debug("ssh_config: Match blocks are not supported; skipped the one at \(block)")
         }
-        let isQuiet = quiet || host.isQuiet
+        let isQuiet = account.quiet || host.isQuiet
         // -q: nothing on the terminal but failures, so no log records either.
-        if quiet { logging.terminal?.mute(true) }
+        if account.quiet { logging.terminal?.mute(true) }
 
         // Keys: the Access short-lived certificate first, then -i, then IdentityFile; OpenSSH's
         // default files only when no key is named (as ssh adds them).
-        var keys: [String] = []
-        if let certificate = try await shortLivedCertificate(settings: settings, environment: environment, logger: logging.logger) {
-            keys.append(certificate)
-        }
-        keys += identity
-        keys += host.identityFiles.filter { !keys.contains($0) && FileManager.default.isReadableFile(atPath: $0) }
-        let named = !identity.isEmpty || !host.identityFiles.isEmpty
+        let certificate = try await shortLivedCertificate(settings: settings, environment: environment, logger: logging.logger)
+        let (keys, named) = ShellPlan.keyFiles(certificate: certificate, identity: account.identity, identityFiles: host.identityFiles,
+                                               isReadable: { FileManager.default.isReadableFile(atPath: $0) })
 
         // The flags and ssh_config become the library's policy settings; the tool supplies only the prompts.
         let prompts = TerminalPrompts(quiet: isQuiet)
@@ -250,43 +194,34 @@ struct ShellCommand: AsyncParsableCommand {
                                  agentSocketPath: SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment),
                                  identityFiles: keys,
                                  defaultIdentityFiles: named ? [] : SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: environment),
-                                 identitiesOnly: identitiesOnly || host.identitiesOnly == true,
+                                 identitiesOnly: account.identitiesOnly || host.identitiesOnly == true,
                                  // The keyring's D-Bus calls wait at most as long as the server may.
                                  passwordStore: SecretServiceStore(timeout: .seconds(timeout))),
             prompts: prompts, logger: logging.logger)
         let keepalive = SSHKeepalive(interval: .seconds(serverAliveInterval), unansweredLimit: host.serverAliveCountMax ?? 3)
-        let session = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
+        let configuration = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
 
         // ssh's choice of a terminal: -T / -t / -tt (or RequestTTY), a shell by default, none when
         // stdin is not a terminal unless forced.
-        let request: SSHRequestTTY = noTerminal ? .no : terminalRequests >= 2 ? .force : terminalRequests == 1 ? .yes
-            : host.requestTTY ?? .auto
-        var wantsTerminal = request == .yes || request == .force || (request == .auto && command.isEmpty)
-        if request == .no { wantsTerminal = false }
-        if isatty(0) == 0 && request != .force && wantsTerminal {
-            if !isQuiet { writeStderr("Pseudo-terminal will not be allocated because stdin is not a terminal.") }
-            wantsTerminal = false
-        }
+        let stdinIsTerminal = isatty(0) == 1
+        let request = ShellPlan.terminalRequest(noTerminal: session.noTerminal, terminalRequests: session.terminalRequests,
+                                                configured: host.requestTTY)
+        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: !command.isEmpty, stdinIsTerminal: stdinIsTerminal)
+        if let notice, !isQuiet { writeStderr(notice) }
         let remote = command.isEmpty ? nil : command.joined(separator: " ")
         let mode: ShellRunner.Mode
-        if noCommand {
-            mode = .forwardsOnly
-        } else if wantsTerminal {
-            mode = .terminal(command: remote)
-        } else if let remote {
-            mode = .command(remote)
-        } else if tmux != nil {
-            throw usageFailure("--tmux needs a terminal on stdin (or -tt)")
-        } else {
-            mode = .shellWithoutTerminal
+        do {
+            mode = try ShellPlan.mode(noCommand: session.noCommand, terminal: wantsTerminal, command: remote, tmux: session.tmux)
+        } catch {
+            throw usageFailure(error.message)
         }
-        // A command is not run twice: only a shell (or tmux) on a local terminal is reconnected.
-        // -N has no command to run twice: its forwards reconnect like a shell.
-        let reconnect = noReconnect || remote != nil || (isatty(0) == 0 && !noCommand) ? SSHReconnectPolicy.never : SSHReconnectPolicy()
+        let reconnects = ShellPlan.reconnects(noReconnect: noReconnect, hasCommand: remote != nil, noCommand: session.noCommand,
+                                              stdinIsTerminal: stdinIsTerminal)
         let runner = ShellRunner(
             target: target, settings: settings, logger: logging.logger, terminalLog: logging.terminal,
             environment: environment, sentEnvironment: host.environment(sending: environment), quiet: isQuiet,
-            prompts: prompts, authentication: authentication, session: session, mode: mode, tmux: tmux, reconnect: reconnect,
+            prompts: prompts, authentication: authentication, session: configuration, mode: mode, tmux: session.tmux,
+            reconnect: reconnects ? SSHReconnectPolicy() : .never,
             forwards: forwards)
         let status = await runner.run()
         throw ExitCode(status)
@@ -447,4 +382,86 @@ struct ShellTarget: Sendable {
 
     /// `user@host:port`: the keyring's key and the prompts' account.
     var account: SSHAccount { SSHAccount(user: user, host: host, port: port) }
+}
+
+/// ssh's letters that pick the account, the keys and the ssh_config: `-p -l -i -F -o -q`,
+/// `--identities-only`.
+struct SSHAccountOptions: ParsableArguments {
+    @Option(name: .customShort("p", allowingJoined: true),
+            help: "The SSH port the known_hosts entry and the saved password are keyed to (default: Port in ssh_config, else 22).")
+    var port: Int?
+
+    @Option(name: .customShort("l", allowingJoined: true), help: "The user to log in as (default: user@ of the destination, else User in ssh_config, else $USER).")
+    var loginName: String?
+
+    @Option(name: .customShort("i", allowingJoined: true), help: "A private key file to try first (repeatable); its -cert.pub certificate is offered too.")
+    var identity: [String] = []
+
+    @Flag(name: .customLong("identities-only"),
+          help: "Use only the -i keys (and the default key files), not the agent's other keys (OpenSSH's IdentitiesOnly).")
+    var identitiesOnly = false
+
+    @Option(name: .customShort("F", allowingJoined: true),
+            help: "The ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config (none: no file).")
+    var configFile: String?
+
+    @Option(name: .customShort("o", allowingJoined: true),
+            help: "An ssh_config option, Keyword=value, e.g. -o User=me (repeatable; wins over the files).")
+    var options: [String] = []
+
+    @Flag(name: .customShort("q"), help: "Quiet: no \"Connecting…\", \"Connected\", \"Connection … closed.\" or other informational lines.")
+    var quiet = false
+}
+
+/// ssh's letters that pick what runs and how: `-T -t -N -L`, and `--tmux`.
+struct SSHSessionOptions: ParsableArguments {
+    @Flag(name: .customShort("T"), help: "No pseudo-terminal, like ssh -T (without a command: the login shell reads stdin).")
+    var noTerminal = false
+
+    @Flag(name: .customShort("t"),
+          help: "A pseudo-terminal even for a command, like ssh -t (full-screen programs); -tt even when stdin is not a terminal.")
+    var terminalRequests: Int
+
+    @Option(name: .customShort("L", allowingJoined: true),
+            help: ArgumentHelp("Forward a local port over the SSH session, like ssh -L: connections to port (on the loopback addresses unless bind_address is given; * for all) reach host:hostport as the server sees it (repeatable).",
+                               valueName: "[bind_address:]port:host:hostport"))
+    var localForwards: [String] = []
+
+    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L), like ssh -N.")
+    var noCommand = false
+
+    @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
+    var tmux: String?
+
+    /// The checks of these flags alone (before ssh_config is read): one line each.
+    func check(command: [String]) throws(ConfigurationError) {
+        guard noTerminal == false || terminalRequests == 0 else {
+            throw ConfigurationError("-T (no terminal) and -t (a terminal) contradict each other: give one")
+        }
+        guard tmux == nil || command.isEmpty else {
+            throw ConfigurationError("--tmux starts a session of its own: give either --tmux or a command")
+        }
+        if let tmux, tmux.isEmpty || tmux.contains(where: { !($0.isLetter || $0.isNumber || "-_.".contains($0)) }) {
+            throw ConfigurationError("--tmux NAME may only use letters, digits, '-', '_' and '.'")
+        }
+        if tmux != nil && noTerminal {
+            throw ConfigurationError("--tmux needs a terminal: leave out -T")
+        }
+        if noCommand {
+            guard command.isEmpty, tmux == nil, terminalRequests == 0 else {
+                throw ConfigurationError("-N runs no command: give -N without a command, --tmux or -t")
+            }
+        }
+    }
+
+    /// The `-L` forwards, parsed.
+    func forwards() throws(ConfigurationError) -> [SSHLocalForward] {
+        try localForwards.map { spec throws(ConfigurationError) in
+            do {
+                return try SSHLocalForward(parsing: spec)
+            } catch {
+                throw ConfigurationError("-L \(spec): expected [bind_address:]port:host:hostport, e.g. -L 8080:localhost:80")
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@ import CFAccessTCP
 import Dispatch
 import FoundationEssentials
 import Logging
+import ToolDecisions
 import SystemPackage
 #if canImport(Glibc)
 import Glibc
@@ -17,17 +18,7 @@ import Glibc
 /// status.
 final class ShellRunner {
     /// What runs remotely, and how.
-    enum Mode {
-        /// A command without a pseudo-terminal: stdout and stderr apart, stdin forwarded.
-        case command(String)
-        /// The login shell without a pseudo-terminal (`-T`, or stdin is not a terminal): it
-        /// reads its commands from stdin.
-        case shellWithoutTerminal
-        /// A pseudo-terminal: the login shell (or `--tmux`), or a command with `-t`.
-        case terminal(command: String?)
-        /// `-N`: no command, only the `-L` forwards.
-        case forwardsOnly
-    }
+    typealias Mode = ShellMode
 
     let target: ShellTarget
     let settings: TunnelSettings

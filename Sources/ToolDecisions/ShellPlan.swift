@@ -1,0 +1,74 @@
+import AccessCore
+import CFAccessSSH
+
+/// What runs remotely in a `shell` session, and how.
+package enum ShellMode: Sendable, Equatable {
+    /// A command without a pseudo-terminal: stdout and stderr apart, stdin forwarded.
+    case command(String)
+    /// The login shell without a pseudo-terminal (`-T`, or stdin is not a terminal): it reads its
+    /// commands from stdin.
+    case shellWithoutTerminal
+    /// A pseudo-terminal: the login shell (or `--tmux`), or a command with `-t`.
+    case terminal(command: String?)
+    /// `-N`: no command, only the `-L` forwards.
+    case forwardsOnly
+}
+
+/// What `shell` decides from its flags and ssh_config before it connects, as ssh decides it:
+/// pure functions of the tool, in a target of their own so that a test target can reach them
+/// (`Tests/CFAccessTCPToolTests`; the tool's executable links statically).
+package enum ShellPlan {
+    /// ssh's pseudo-terminal request from `-T` / `-t` / `-tt` (the flags win) or `RequestTTY`.
+    package static func terminalRequest(noTerminal: Bool, terminalRequests: Int, configured: SSHRequestTTY?) -> SSHRequestTTY {
+        if noTerminal { return .no }
+        if terminalRequests >= 2 { return .force }
+        if terminalRequests == 1 { return .yes }
+        return configured ?? .auto
+    }
+
+    /// Whether the session gets a pseudo-terminal: asked for (`yes`, `force`), or `auto` without
+    /// a command; never with `no`; not when stdin is not a terminal unless forced (`-tt`), which
+    /// ssh says in a line (the notice, shown unless quiet).
+    package static func wantsTerminal(_ request: SSHRequestTTY, hasCommand: Bool, stdinIsTerminal: Bool) -> (terminal: Bool, notice: String?) {
+        let wanted: Bool
+        switch request {
+        case .no: wanted = false
+        case .yes, .force: wanted = true
+        case .auto: wanted = !hasCommand
+        }
+        if wanted && !stdinIsTerminal && request != .force {
+            return (false, "Pseudo-terminal will not be allocated because stdin is not a terminal.")
+        }
+        return (wanted, nil)
+    }
+
+    /// The key files to offer, in order: the Access short-lived certificate's key, the `-i` keys,
+    /// then the readable `IdentityFile`s not already named; and whether any key was named (then
+    /// OpenSSH's default files are not added).
+    package static func keyFiles(certificate: String?, identity: [String], identityFiles: [String],
+                         isReadable: (String) -> Bool) -> (files: [String], named: Bool) {
+        var files: [String] = []
+        if let certificate { files.append(certificate) }
+        files += identity
+        files += identityFiles.filter { !files.contains($0) && isReadable($0) }
+        return (files, !identity.isEmpty || !identityFiles.isEmpty)
+    }
+
+    /// What runs remotely: `-N` nothing; a terminal (a shell, or the command with one); a
+    /// command without one; else the login shell reading stdin. `--tmux` needs a terminal.
+    package static func mode(noCommand: Bool, terminal: Bool, command: String?, tmux: String?) throws(ConfigurationError) -> ShellMode {
+        if noCommand { return .forwardsOnly }
+        if terminal { return .terminal(command: command) }
+        if let command { return .command(command) }
+        if tmux != nil { throw ConfigurationError("--tmux needs a terminal on stdin (or -tt)") }
+        return .shellWithoutTerminal
+    }
+
+    /// Whether a lost connection is reconnected: only a shell (or tmux) on a local terminal, and
+    /// `-N`'s forwards; a command is never run twice.
+    package static func reconnects(noReconnect: Bool, hasCommand: Bool, noCommand: Bool, stdinIsTerminal: Bool) -> Bool {
+        !noReconnect && !hasCommand && (stdinIsTerminal || noCommand)
+    }
+}
+
+

@@ -1,0 +1,64 @@
+import AccessCore
+import CFAccessSSH
+import ToolDecisions
+import Testing
+
+/// What `shell` decides before it connects (issue 25 part 1): ssh's terminal choice, the key
+/// files, what runs, whether it reconnects. Pure functions of the tool, no process.
+@Suite("shell's plan")
+struct ShellPlanTests {
+    @Test("the terminal request: -T, -tt, -t win over RequestTTY; without a flag RequestTTY, else auto")
+    func terminalRequest() {
+        #expect(ShellPlan.terminalRequest(noTerminal: true, terminalRequests: 0, configured: .force) == .no)
+        #expect(ShellPlan.terminalRequest(noTerminal: false, terminalRequests: 2, configured: .no) == .force)
+        #expect(ShellPlan.terminalRequest(noTerminal: false, terminalRequests: 3, configured: nil) == .force)
+        #expect(ShellPlan.terminalRequest(noTerminal: false, terminalRequests: 1, configured: .no) == .yes)
+        #expect(ShellPlan.terminalRequest(noTerminal: false, terminalRequests: 0, configured: .no) == .no)
+        #expect(ShellPlan.terminalRequest(noTerminal: false, terminalRequests: 0, configured: nil) == .auto)
+    }
+
+    @Test("a terminal as ssh gives one: auto for a shell, not for a command; yes and force even for a command; without a local terminal only force, with ssh's line")
+    func wantsTerminal() {
+        let notice = "Pseudo-terminal will not be allocated because stdin is not a terminal."
+        #expect(ShellPlan.wantsTerminal(.auto, hasCommand: false, stdinIsTerminal: true) == (true, nil))
+        #expect(ShellPlan.wantsTerminal(.auto, hasCommand: true, stdinIsTerminal: true) == (false, nil))
+        #expect(ShellPlan.wantsTerminal(.yes, hasCommand: true, stdinIsTerminal: true) == (true, nil))
+        #expect(ShellPlan.wantsTerminal(.no, hasCommand: false, stdinIsTerminal: true) == (false, nil))
+        #expect(ShellPlan.wantsTerminal(.auto, hasCommand: false, stdinIsTerminal: false) == (false, notice))
+        #expect(ShellPlan.wantsTerminal(.yes, hasCommand: true, stdinIsTerminal: false) == (false, notice))
+        #expect(ShellPlan.wantsTerminal(.force, hasCommand: true, stdinIsTerminal: false) == (true, nil))
+        #expect(ShellPlan.wantsTerminal(.auto, hasCommand: true, stdinIsTerminal: false) == (false, nil), "nothing to refuse, nothing said")
+    }
+
+    @Test("the key files: the short-lived certificate's key, -i keys, readable IdentityFiles not already named; any named key keeps OpenSSH's defaults out")
+    func keyFiles() {
+        let readable: Set<String> = ["/k/config_key", "/k/dup"]
+        let list = ShellPlan.keyFiles(certificate: "/t/host-cf_key", identity: ["/k/dup", "/k/cli"],
+                                      identityFiles: ["/k/config_key", "/k/dup", "/k/missing"], isReadable: { readable.contains($0) })
+        #expect(list.files == ["/t/host-cf_key", "/k/dup", "/k/cli", "/k/config_key"])
+        #expect(list.named)
+        let none = ShellPlan.keyFiles(certificate: "/t/host-cf_key", identity: [], identityFiles: [], isReadable: { _ in true })
+        #expect(none.files == ["/t/host-cf_key"] && !none.named, "the certificate alone does not keep the default files out")
+        let configOnly = ShellPlan.keyFiles(certificate: nil, identity: [], identityFiles: ["/k/missing"], isReadable: { _ in false })
+        #expect(configOnly.files.isEmpty && configOnly.named, "an IdentityFile named in ssh_config counts even when missing, as in ssh")
+    }
+
+    @Test("what runs: -N forwards only; a terminal (with the command if any); a command; the login shell on stdin; --tmux without a terminal is refused")
+    func mode() throws {
+        #expect(try ShellPlan.mode(noCommand: true, terminal: false, command: nil, tmux: nil) == .forwardsOnly)
+        #expect(try ShellPlan.mode(noCommand: false, terminal: true, command: "top", tmux: nil) == .terminal(command: "top"))
+        #expect(try ShellPlan.mode(noCommand: false, terminal: true, command: nil, tmux: "main") == .terminal(command: nil))
+        #expect(try ShellPlan.mode(noCommand: false, terminal: false, command: "uptime", tmux: nil) == .command("uptime"))
+        #expect(try ShellPlan.mode(noCommand: false, terminal: false, command: nil, tmux: nil) == .shellWithoutTerminal)
+        #expect(throws: ConfigurationError.self) { try ShellPlan.mode(noCommand: false, terminal: false, command: nil, tmux: "main") }
+    }
+
+    @Test("reconnects: a shell on a local terminal and -N; never a command, never with --no-reconnect, not a shell reading a pipe")
+    func reconnects() {
+        #expect(ShellPlan.reconnects(noReconnect: false, hasCommand: false, noCommand: false, stdinIsTerminal: true))
+        #expect(ShellPlan.reconnects(noReconnect: false, hasCommand: false, noCommand: true, stdinIsTerminal: false))
+        #expect(!ShellPlan.reconnects(noReconnect: false, hasCommand: true, noCommand: false, stdinIsTerminal: true))
+        #expect(!ShellPlan.reconnects(noReconnect: true, hasCommand: false, noCommand: false, stdinIsTerminal: true))
+        #expect(!ShellPlan.reconnects(noReconnect: false, hasCommand: false, noCommand: false, stdinIsTerminal: false))
+    }
+}
