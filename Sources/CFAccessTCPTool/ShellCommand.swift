@@ -61,7 +61,7 @@ struct ShellCommand: AsyncParsableCommand {
     @Flag(name: .customLong("accept-new"), help: "Add an unknown host key to known_hosts without asking (a changed key is still refused).")
     var acceptNew = false
 
-    @Option(name: .customLong("known-hosts"), help: "The known_hosts file (default: UserKnownHostsFile in ssh_config, else ~/.ssh/known_hosts).")
+    @Option(name: .customLong("known-hosts"), help: "The known_hosts file to check and add to (default: UserKnownHostsFile in ssh_config, else ~/.ssh/known_hosts and known_hosts2); the system's (GlobalKnownHostsFile, else /etc/ssh/ssh_known_hosts) is read too.")
     var knownHostsFile: String?
 
     @Option(name: .customLong("timeout"),
@@ -182,12 +182,15 @@ struct ShellCommand: AsyncParsableCommand {
 
         // The flags and ssh_config become the library's policy settings; the tool supplies only the prompts.
         let prompts = TerminalPrompts(quiet: isQuiet)
-        let knownHostsPath = knownHostsFile ?? host.userKnownHostsFiles.map { $0.first ?? "/dev/null" }
-            ?? KnownHosts.defaultPath(environment: environment)
+        // Every known_hosts file, as ssh reads them: the user's (the first is written to), then
+        // the system's.
+        let userFiles = knownHostsFile.map { [$0] } ?? host.userKnownHostsFiles ?? KnownHosts.defaultUserPaths(environment: environment)
+        let knownHostsPath = userFiles.first ?? "/dev/null"
+        let otherFiles = userFiles.dropFirst() + (host.globalKnownHostsFiles ?? KnownHosts.systemPaths)
         let checking: SSHHostKeyChecking = acceptNew ? .acceptNew : host.strictHostKeyChecking.map(SSHHostKeyChecking.init) ?? .ask
         let verifier = KnownHostsVerifier(
-            configuration: .init(knownHosts: KnownHosts(path: knownHostsPath), host: target.host, port: target.port,
-                                 checking: checking),
+            configuration: .init(knownHosts: KnownHosts(path: knownHostsPath), otherKnownHosts: otherFiles.map(KnownHosts.init(path:)),
+                                 host: target.host, port: target.port, checking: checking),
             prompt: prompts)
         let authentication = SSHOrderedAuthentication(
             configuration: .init(account: target.account,

@@ -92,9 +92,46 @@ struct HostKeyPolicyTests {
 
     private func verifier(_ file: String, _ checking: SSHHostKeyChecking, port: Int = 22,
                           prompt: ScriptedPrompts?) -> KnownHostsVerifier {
-        KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: file), host: "SSH.Example.com", port: port,
-                                                checking: checking),
+        KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: file), otherKnownHosts: [], host: "SSH.Example.com",
+                                                port: port, checking: checking),
                            prompt: prompt)
+    }
+
+    @Test("every file counts (issue 25.2.1): a key pinned in another file is a changed key even for accept-new, an @revoked line there refuses, a key known there is trusted; only the first file is written")
+    func everyFileCounts() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let first = directory.path + "/known_hosts", global = directory.path + "/ssh_known_hosts"
+        func verifier(_ checking: SSHHostKeyChecking) -> KnownHostsVerifier {
+            KnownHostsVerifier(configuration: .init(knownHosts: KnownHosts(path: first), otherKnownHosts: [KnownHosts(path: global)],
+                                                    host: "ssh.example.com", checking: checking), prompt: ScriptedPrompts())
+        }
+        func line(_ key: SSHHostKey, marker: String = "") -> String { "\(marker)ssh.example.com \(key.knownHostsText)\n" }
+
+        try line(Self.ed25519(9)).write(toFile: global, atomically: true, encoding: .utf8)
+        let pinned = await #expect(throws: SSHFailure.self) { try await verifier(.acceptNew).validateHostKey(key) }
+        #expect(pinned == failed)
+        #expect(!FileManager.default.fileExists(atPath: first), "nothing added")
+
+        try line(key, marker: "@revoked ").write(toFile: global, atomically: true, encoding: .utf8)
+        try line(key).write(toFile: first, atomically: true, encoding: .utf8)
+        await #expect(throws: SSHFailure.self) { try await verifier(.acceptNew).validateHostKey(key) }
+
+        try line(key).write(toFile: global, atomically: true, encoding: .utf8)
+        try FileManager.default.removeItem(atPath: first)
+        try await verifier(.strict).validateHostKey(key)
+        #expect(!FileManager.default.fileExists(atPath: first))
+        #expect(await verifier(.strict).preferredHostKeyAlgorithms() == ["ssh-ed25519"], "the other file's types are asked for first too")
+
+        try FileManager.default.removeItem(atPath: global)
+        try await verifier(.acceptNew).validateHostKey(key)
+        #expect(try String(contentsOfFile: first, encoding: .utf8) == line(key))
+
+        let changed = SSHChangedHostKey(entryName: "ssh.example.com", key: key, knownHostsPath: first,
+                                        known: [KnownHosts.Entry(line: 2, marker: nil, key: Self.ed25519(9), path: global)])
+        let text = SSHHostKeyNotice.changed(changed).text
+        #expect(text.contains("Offending ED25519 key in \(global):2") && text.contains("ssh-keygen -f \"\(global)\" -R"), "\(text)")
+        #expect(text.contains("Add correct host key in \(first) to get rid of this message."))
     }
 
     @Test("accept-new appends the key (named for the port) and says so; the next check matches without a word")
@@ -122,7 +159,7 @@ struct HostKeyPolicyTests {
         try known.write(toFile: file, atomically: true, encoding: .utf8)
         let prompt = ScriptedPrompts(hostKeyAnswer: true)
         await #expect(throws: failed) { try await verifier(file, .acceptNew, prompt: prompt).validateHostKey(key) }
-        let entry = KnownHosts.entries(in: known, naming: "ssh.example.com")[0]
+        let entry = KnownHosts.entries(in: known, naming: "ssh.example.com", path: file)[0]
         #expect(prompt.events == [.hostKeyNotice(.changed(.init(entryName: "ssh.example.com", key: key, knownHostsPath: file,
                                                                  known: [entry])))])
         #expect(try String(contentsOfFile: file, encoding: .utf8) == known)

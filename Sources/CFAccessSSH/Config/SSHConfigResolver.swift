@@ -70,6 +70,8 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var strictHostKeyChecking: SSHStrictHostKeyChecking?
     /// `UserKnownHostsFile`, expanded (empty for `none`).
     public var userKnownHostsFiles: [String]?
+    /// `GlobalKnownHostsFile`, expanded (empty for `none`).
+    public var globalKnownHostsFiles: [String]?
     /// `SendEnv` patterns (`LANG`, `LC_*`), after any `-PATTERN` removals.
     public var sendEnv: [String] = []
     /// `SetEnv` variables.
@@ -297,6 +299,7 @@ private struct Resolution {
     var identityFiles: [Located] = []
     var certificateFiles: [Located] = []
     var knownHostsFiles: [Located]?
+    var globalKnownHostsFiles: [Located]?
     var setEnvSeen = false
     var ignoreUnknown: String?
 
@@ -362,6 +365,8 @@ private struct Resolution {
             if active && config.strictHostKeyChecking == nil { config.strictHostKeyChecking = value }
         case "userknownhostsfile":
             if active && knownHostsFiles == nil { knownHostsFiles = arguments.map { Located(value: $0, at: at) } }
+        case "globalknownhostsfile":
+            if active && globalKnownHostsFiles == nil { globalKnownHostsFiles = arguments.map { Located(value: $0, at: at) } }
         case "sendenv":
             for pattern in arguments {
                 if pattern.hasPrefix("-") {
@@ -488,6 +493,11 @@ private struct Resolution {
             var expanded: [String] = []
             for file in knownHostsFiles where file.value.lowercased() != "none" { expanded.append(try path(file)) }
             config.userKnownHostsFiles = expanded
+        }
+        if let globalKnownHostsFiles {
+            var expanded: [String] = []
+            for file in globalKnownHostsFiles where file.value.lowercased() != "none" { expanded.append(try path(file)) }
+            config.globalKnownHostsFiles = expanded
         }
         return config
     }

@@ -17,6 +17,10 @@ import Glibc
 /// Host certificates are not negotiated (the client never asks for them), so an `@cert-authority`
 /// line never vouches for a key: as in OpenSSH when a server presents a plain key, such lines
 /// do not apply.
+///
+/// OpenSSH reads several files: the user's (`UserKnownHostsFile`, `~/.ssh/known_hosts` and
+/// `~/.ssh/known_hosts2`) and the system's (`GlobalKnownHostsFile`, ``systemPaths``), and judges a
+/// key by all of their lines together (``KnownHostsVerifier``).
 public struct KnownHosts: Sendable {
     /// What the file says about a host's key.
     public enum Verdict: Sendable, Equatable {
@@ -41,6 +45,8 @@ public struct KnownHosts: Sendable {
 
     /// A line of the file that names a host.
     public struct Entry: Sendable, Equatable {
+        /// The file the line is in.
+        public let path: String
         /// The line's number in the file, from 1.
         public let line: Int
         /// The line's marker, if any.
@@ -48,8 +54,9 @@ public struct KnownHosts: Sendable {
         /// The key the line names.
         public let key: SSHHostKey
 
-        /// An entry of line `line`.
-        public init(line: Int, marker: Marker?, key: SSHHostKey) {
+        /// An entry of line `line` (of the file at `path`).
+        public init(line: Int, marker: Marker?, key: SSHHostKey, path: String = "") {
+            self.path = path
             self.line = line
             self.marker = marker
             self.key = key
@@ -66,6 +73,14 @@ public struct KnownHosts: Sendable {
     public static func defaultPath(environment: [String: String]) -> String {
         homeDirectory(environment: environment) + "/.ssh/known_hosts"
     }
+
+    /// OpenSSH's default user files: ``defaultPath(environment:)``, then `~/.ssh/known_hosts2`.
+    public static func defaultUserPaths(environment: [String: String]) -> [String] {
+        [defaultPath(environment: environment), homeDirectory(environment: environment) + "/.ssh/known_hosts2"]
+    }
+
+    /// OpenSSH's system-wide files (`GlobalKnownHostsFile`'s default).
+    public static let systemPaths = ["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"]
 
     /// The name of the entry for `host` and `port`, as OpenSSH writes it.
     public static func entryName(host: String, port: Int) -> String {
@@ -85,7 +100,7 @@ public struct KnownHosts: Sendable {
         guard let data = FileDescriptors.readSmallFile(path) else {
             throw SSHFailure(.localIO, "cannot read \(path): \(SystemError.current().text)")
         }
-        return Self.entries(in: String(decoding: data, as: UTF8.self), naming: Self.entryName(host: host, port: port))
+        return Self.entries(in: String(decoding: data, as: UTF8.self), naming: Self.entryName(host: host, port: port), path: path)
     }
 
     /// The verdict of `entries` (those naming the host) on `key`, by OpenSSH's rules for a
@@ -100,7 +115,7 @@ public struct KnownHosts: Sendable {
     }
 
     /// The entries of the file `text` whose host field matches `name` (`host` or `[host]:port`).
-    package static func entries(in text: String, naming name: String) -> [Entry] {
+    package static func entries(in text: String, naming name: String, path: String = "") -> [Entry] {
         var found: [Entry] = []
         for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             var fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
@@ -115,7 +130,7 @@ public struct KnownHosts: Sendable {
                   let blob = Base64.decode(String(fields[2]), alphabet: .standard), !blob.isEmpty else { continue }
             let key = SSHHostKey(blob: blob, sha256: Digest.sha256(blob))
             guard key.algorithm == fields[1] else { continue }
-            found.append(Entry(line: index + 1, marker: marker, key: key))
+            found.append(Entry(line: index + 1, marker: marker, key: key, path: path))
         }
         return found
     }

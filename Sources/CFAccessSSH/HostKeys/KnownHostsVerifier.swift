@@ -1,6 +1,11 @@
-/// The ready ``SSHHostKeyDelegate``: OpenSSH's rules against a known_hosts file. A known key
+/// The ready ``SSHHostKeyDelegate``: OpenSSH's rules against its known_hosts files. A known key
 /// passes; a changed key is refused with OpenSSH's warning whatever the mode; an unknown key is
 /// refused, added, or asked about, by ``SSHHostKeyChecking``.
+///
+/// As in OpenSSH, every file counts (the user's, then the system's `/etc/ssh/ssh_known_hosts`,
+/// by default): a key pinned for the host in any of them makes another key a changed key, which
+/// `acceptNew` does not get past, and an `@revoked` line in any of them refuses the key. A new
+/// key is written to the first file only.
 ///
 /// ```swift
 /// let verifier = KnownHostsVerifier(
@@ -14,8 +19,11 @@
 public struct KnownHostsVerifier: SSHHostKeyDelegate {
     /// Which file, which host, which mode.
     public struct Configuration: Sendable {
-        /// The known_hosts file to check and append to.
+        /// The known_hosts file to check and append to (OpenSSH's first `UserKnownHostsFile`).
         public var knownHosts: KnownHosts
+        /// The other files read, never written: further user files, then the system's
+        /// (`GlobalKnownHostsFile`; ``KnownHosts/systemPaths`` by default).
+        public var otherKnownHosts: [KnownHosts]
         /// The host the key must belong to (lower-cased when named in the file).
         public var host: String
         /// The port the entry is keyed to (`[host]:port` when not 22).
@@ -23,10 +31,12 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
         /// What to do with a key the file does not name.
         public var checking: SSHHostKeyChecking
 
-        /// Checks against `knownHosts` for `host`:`port` (default 22), asking about unknown keys
-        /// by default.
-        public init(knownHosts: KnownHosts, host: String, port: Int = 22, checking: SSHHostKeyChecking = .ask) {
+        /// Checks against `knownHosts` and `otherKnownHosts` (default: the system's files) for
+        /// `host`:`port` (default 22), asking about unknown keys by default.
+        public init(knownHosts: KnownHosts, otherKnownHosts: [KnownHosts] = KnownHosts.systemPaths.map(KnownHosts.init(path:)),
+                    host: String, port: Int = 22, checking: SSHHostKeyChecking = .ask) {
             self.knownHosts = knownHosts
+            self.otherKnownHosts = otherKnownHosts
             self.host = host
             self.port = port
             self.checking = checking
@@ -48,16 +58,24 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
     /// OpenSSH's order, so the key exchange asks for a known key first; nil when the host is
     /// not known (or the file cannot be read).
     public func preferredHostKeyAlgorithms() async -> [String]? {
-        guard let known = try? configuration.knownHosts.entries(host: configuration.host, port: configuration.port) else {
-            return nil
-        }
+        guard let known = try? entries() else { return nil }
         let revoked = Set(known.filter { $0.marker == .revoked }.map(\.key.blob))
         let types = Set(known.filter { $0.marker == nil && !revoked.contains($0.key.blob) }.map(\.key.algorithm))
         let algorithms = HostKeyAlgorithms.preferred(forKnownTypes: types)
         return algorithms.isEmpty ? nil : algorithms
     }
 
-    /// Checks `hostKey` against the file and acts on the decision of ``SSHHostKeyChecking``'s
+    /// The lines of every file that name the host, the first file's first.
+    private func entries() throws(SSHFailure) -> [KnownHosts.Entry] {
+        var all = try configuration.knownHosts.entries(host: configuration.host, port: configuration.port)
+        for file in configuration.otherKnownHosts {
+            // As ssh: a further file that cannot be read is passed over.
+            all += (try? file.entries(host: configuration.host, port: configuration.port)) ?? []
+        }
+        return all
+    }
+
+    /// Checks `hostKey` against the files and acts on the decision of ``SSHHostKeyChecking``'s
     /// rules: returns if trusted (appending the key when it was new and accepted), throws
     /// ``SSHFailure/Kind/hostKeyRejected`` otherwise.
     public func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure) {
@@ -65,7 +83,7 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
         let check = HostKeyCheck(checking: configuration.checking,
                                  entryName: KnownHosts.entryName(host: configuration.host, port: configuration.port),
                                  knownHostsPath: knownHosts.path, key: hostKey)
-        let known = try knownHosts.entries(host: configuration.host, port: configuration.port)
+        let known = try entries()
         var action = check.decide(KnownHosts.verdict(for: hostKey, among: known), known: known)
         while true {
             switch action {

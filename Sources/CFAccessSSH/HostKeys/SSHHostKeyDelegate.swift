@@ -155,10 +155,12 @@ public enum SSHHostKeyNotice: Sendable, Equatable {
                 "Add correct host key in \(path) to get rid of this message.",
             ]
             for entry in changed.known {
-                lines.append("Offending \(entry.key.displayType) key in \(path):\(entry.line)")
+                lines.append("Offending \(entry.key.displayType) key in \(entry.path.isEmpty ? path : entry.path):\(entry.line)")
             }
+            // As ssh: the file of the first offending line (a system file is the administrator's).
+            let offending = changed.known.first.map { $0.path.isEmpty ? path : $0.path } ?? path
             lines.append("  remove with:")
-            lines.append("  ssh-keygen -f \"\(path)\" -R \"\(changed.entryName)\"")
+            lines.append("  ssh-keygen -f \"\(offending)\" -R \"\(changed.entryName)\"")
             lines.append("Host key for \(changed.entryName) has changed and you have requested strict checking.")
             return lines.joined(separator: "\n")
         case .revoked(let name, let key):
