@@ -31,7 +31,10 @@ struct ShellCommand: AsyncParsableCommand {
         ~/.ssh/config (or -F FILE) and /etc/ssh/ssh_config are read as ssh reads them: Host blocks \
         with HostName (the Access hostname), User, Port, IdentityFile, IdentitiesOnly, \
         ServerAliveInterval, ServerAliveCountMax, ConnectTimeout, StrictHostKeyChecking, \
-        UserKnownHostsFile, SendEnv, SetEnv, RequestTTY, LogLevel; -o Keyword=value wins over the files. \
+        UserKnownHostsFile, GlobalKnownHostsFile, HashKnownHosts, HostKeyAlias, BatchMode, PubkeyAuthentication, \
+        KbdInteractiveAuthentication, PasswordAuthentication, PreferredAuthentications, RemoteCommand, EscapeChar, \
+        SendEnv, SetEnv, RequestTTY, LogLevel; -o Keyword=value wins over the files. Ciphers, KexAlgorithms, \
+        HostKeyAlgorithms and MACs are refused (OpenSSH's default lists are offered). \
         Match blocks are skipped. LANG and LC_* are sent (SendEnv, as in Debian's ssh_config).
 
         Authentication, in OpenSSH's order with -i keys first: keys (-i and IdentityFile, a key's \
@@ -181,26 +184,41 @@ struct ShellCommand: AsyncParsableCommand {
                                                isReadable: { FileManager.default.isReadableFile(atPath: $0) })
 
         // The flags and ssh_config become the library's policy settings; the tool supplies only the prompts.
-        let prompts = TerminalPrompts(quiet: isQuiet)
+        // BatchMode: nothing is asked (no passphrase, password or host-key question), as in ssh.
+        let prompts = TerminalPrompts(quiet: isQuiet, batch: host.batchMode == true)
         // Every known_hosts file, as ssh reads them: the user's (the first is written to), then
         // the system's.
         let userFiles = knownHostsFile.map { [$0] } ?? host.userKnownHostsFiles ?? KnownHosts.defaultUserPaths(environment: environment)
         let knownHostsPath = userFiles.first ?? "/dev/null"
         let otherFiles = userFiles.dropFirst() + (host.globalKnownHostsFiles ?? KnownHosts.systemPaths)
         let checking: SSHHostKeyChecking = acceptNew ? .acceptNew : host.strictHostKeyChecking.map(SSHHostKeyChecking.init) ?? .ask
+        // HostKeyAlias names the host in known_hosts; HashKnownHosts (Debian's default) hides
+        // the names of the entries added.
+        var hostKeyConfiguration = KnownHostsVerifier.Configuration(
+            knownHosts: KnownHosts(path: knownHostsPath), otherKnownHosts: otherFiles.map(KnownHosts.init(path:)),
+            host: host.hostKeyAlias ?? target.host, port: target.port, checking: checking)
+        hostKeyConfiguration.hashesNewEntries = host.hashKnownHosts == true
         let verifier = KnownHostsVerifier(
-            configuration: .init(knownHosts: KnownHosts(path: knownHostsPath), otherKnownHosts: otherFiles.map(KnownHosts.init(path:)),
-                                 host: target.host, port: target.port, checking: checking),
-            prompt: prompts)
-        let authentication = SSHOrderedAuthentication(
-            configuration: .init(account: target.account,
+            configuration: hostKeyConfiguration, prompt: prompts)
+        let allowedMethods: SSHAuthenticationMethods
+        let remote: String?
+        do {
+            allowedMethods = try ShellPlan.allowedMethods(publicKey: host.pubkeyAuthentication,
+                                                          keyboardInteractive: host.keyboardInteractiveAuthentication,
+                                                          password: host.passwordAuthentication, preferred: host.preferredAuthentications)
+            remote = try ShellPlan.remoteCommand(commandLine: command, configured: host.remoteCommand)
+        } catch {
+            throw usageFailure(error.message)
+        }
+        var authenticationConfiguration = SSHOrderedAuthentication.Configuration(account: target.account,
                                  agentSocketPath: SSHOrderedAuthentication.Configuration.agentSocketPath(environment: environment),
                                  identityFiles: keys,
                                  defaultIdentityFiles: named ? [] : SSHOrderedAuthentication.Configuration.defaultIdentityFiles(environment: environment),
                                  identitiesOnly: account.identitiesOnly || host.identitiesOnly == true,
                                  // The keyring's D-Bus calls wait at most as long as the server may.
-                                 passwordStore: SecretServiceStore(timeout: .seconds(timeout))),
-            prompts: prompts, logger: logging.logger)
+                                 passwordStore: SecretServiceStore(timeout: .seconds(timeout)))
+        authenticationConfiguration.allowedMethods = allowedMethods
+        let authentication = SSHOrderedAuthentication(configuration: authenticationConfiguration, prompts: prompts, logger: logging.logger)
         let keepalive = SSHKeepalive(interval: .seconds(serverAliveInterval), unansweredLimit: host.serverAliveCountMax ?? 3)
         let configuration = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
 
@@ -209,9 +227,8 @@ struct ShellCommand: AsyncParsableCommand {
         let stdinIsTerminal = isatty(0) == 1
         let request = ShellPlan.terminalRequest(noTerminal: session.noTerminal, terminalRequests: session.terminalRequests,
                                                 configured: host.requestTTY)
-        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: !command.isEmpty, stdinIsTerminal: stdinIsTerminal)
+        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: remote != nil, stdinIsTerminal: stdinIsTerminal)
         if let notice, !isQuiet { writeStderr(notice) }
-        let remote = command.isEmpty ? nil : command.joined(separator: " ")
         let mode: ShellRunner.Mode
         do {
             mode = try ShellPlan.mode(noCommand: session.noCommand, terminal: wantsTerminal, command: remote, tmux: session.tmux)
@@ -225,7 +242,7 @@ struct ShellCommand: AsyncParsableCommand {
             environment: environment, sentEnvironment: host.environment(sending: environment), quiet: isQuiet,
             prompts: prompts, authentication: authentication, session: configuration, mode: mode, tmux: session.tmux,
             reconnect: reconnects ? SSHReconnectPolicy() : .never,
-            forwards: forwards)
+            forwards: forwards, escapeCharacter: escapeCharacter(host))
         let status = await runner.run()
         throw ExitCode(status)
     }
@@ -280,6 +297,12 @@ struct ShellCommand: AsyncParsableCommand {
             writeStderr("cf-access-tcp: \(error.withFlags)")
             throw ExitStatus(error).code
         }
+    }
+
+    /// The escape character: `-e`, else `EscapeChar`, else `~`; nil for `none`.
+    private func escapeCharacter(_ host: SSHHostConfig) -> UInt8? {
+        guard let value = session.escapeChar ?? host.escapeChar else { return UInt8(ascii: "~") }
+        return SSHConfigResolver.escapeCharacter(value)
     }
 
     private func forget(_ account: SSHAccount) async -> Int32 {
@@ -436,8 +459,15 @@ struct SSHSessionOptions: ParsableArguments {
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
     var tmux: String?
 
+    @Option(name: .customShort("e", allowingJoined: true),
+            help: "The escape character of an interactive session, like ssh -e: a character, ^ and a letter, or none (default ~; EscapeChar in ssh_config).")
+    var escapeChar: String?
+
     /// The checks of these flags alone (before ssh_config is read): one line each.
     func check(command: [String]) throws(ConfigurationError) {
+        if let escapeChar, SSHConfigResolver.escapeCharacter(escapeChar) == nil, escapeChar.lowercased() != "none" {
+            throw ConfigurationError("-e \(escapeChar): give one character, ^ and a letter, or none")
+        }
         guard noTerminal == false || terminalRequests == 0 else {
             throw ConfigurationError("-T (no terminal) and -t (a terminal) contradict each other: give one")
         }

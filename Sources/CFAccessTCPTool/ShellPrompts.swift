@@ -14,12 +14,16 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
     /// `-q`: informational notices (a key added to known_hosts) are not shown.
     private let quiet: Bool
 
-    init(quiet: Bool = false) {
+    /// `BatchMode`: nothing is ever asked, as if there were no terminal.
+    private let batch: Bool
+
+    init(quiet: Bool = false, batch: Bool = false) {
         self.quiet = quiet
+        self.batch = batch
     }
 
-    /// Whether there is a terminal to ask.
-    var canAsk: Bool { prompter.isAvailable }
+    /// Whether there is a terminal to ask (never in batch mode).
+    var canAsk: Bool { !batch && prompter.isAvailable }
 
     /// Whether a host-key question found no terminal to ask.
     var hostKeyQuestionUnasked: Bool { unaskedHostKey.withLock { $0 } }
@@ -35,6 +39,7 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
     // MARK: Host keys
 
     func confirm(_ question: SSHUnknownHostKey) async -> Bool? {
+        if batch { return nil }
         guard prompter.isAvailable else {
             unaskedHostKey.withLock { $0 = true }
             return nil

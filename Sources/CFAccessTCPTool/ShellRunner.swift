@@ -43,11 +43,14 @@ final class ShellRunner {
     /// The engine of the session, decided before its first login (`SSHEngineChoice`), and
     /// libssh after a server turned out to need RSA.
     private var engine: SSHEngineChoice?
+    /// The escape character of an interactive session (`-e`, `EscapeChar`); nil: none.
+    let escapeCharacter: UInt8?
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
          sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
          session: SSHSession.Configuration, mode: Mode, tmux: String?, reconnect: SSHReconnectPolicy,
-         forwards: [SSHLocalForward] = []) {
+         forwards: [SSHLocalForward] = [], escapeCharacter: UInt8? = UInt8(ascii: "~")) {
+        self.escapeCharacter = escapeCharacter
         self.target = target
         self.settings = settings
         self.logger = logger
@@ -316,7 +319,7 @@ final class ShellRunner {
             }
             current.withLock { $0 = channel }
             // Escapes (~. ~? ~~) as in ssh, on a session with a terminal.
-            let end = await channel.run(input: .standardInput, output: .standardOutput, escapes: SSHEscapes())
+            let end = await channel.run(input: .standardInput, output: .standardOutput, escapes: escapeCharacter.map { SSHEscapes(escapeCharacter: $0) })
             current.withLock { $0 = nil }
             let action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {

@@ -64,6 +64,35 @@ package enum ShellPlan {
         return .shellWithoutTerminal
     }
 
+    /// The authentication methods ssh_config allows: each of `PubkeyAuthentication`,
+    /// `KbdInteractiveAuthentication`, `PasswordAuthentication` (nil: yes), and only those
+    /// `PreferredAuthentications` names. The order of the list must be OpenSSH's default
+    /// (publickey, keyboard-interactive, password): another order is refused, not ignored.
+    package static func allowedMethods(publicKey: Bool?, keyboardInteractive: Bool?, password: Bool?,
+                                       preferred: [String]?) throws(ConfigurationError) -> SSHAuthenticationMethods {
+        var allowed: SSHAuthenticationMethods = []
+        if publicKey != false { allowed.insert(.publicKey) }
+        if keyboardInteractive != false { allowed.insert(.keyboardInteractive) }
+        if password != false { allowed.insert(.password) }
+        guard let preferred else { return allowed }
+        let order = ["publickey", "keyboard-interactive", "password"]
+        let known = preferred.filter(order.contains)
+        guard known == order.filter(known.contains) else {
+            throw ConfigurationError("PreferredAuthentications \(preferred.joined(separator: ",")): only OpenSSH's default order "
+                                     + "(publickey, keyboard-interactive, password) is supported; leave out the methods not wanted")
+        }
+        return allowed.intersection(SSHAuthenticationMethods(names: known))
+    }
+
+    /// The command to run: the command line's, else `RemoteCommand`; both is ssh's error.
+    package static func remoteCommand(commandLine: [String], configured: String?) throws(ConfigurationError) -> String? {
+        if !commandLine.isEmpty {
+            guard configured == nil else { throw ConfigurationError("Cannot execute command-line and remote command.") }
+            return commandLine.joined(separator: " ")
+        }
+        return configured
+    }
+
     /// Whether a lost connection is reconnected: only a shell (or tmux) on a local terminal, and
     /// `-N`'s forwards; a command is never run twice.
     package static func reconnects(noReconnect: Bool, hasCommand: Bool, noCommand: Bool, stdinIsTerminal: Bool) -> Bool {

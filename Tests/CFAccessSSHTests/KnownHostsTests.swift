@@ -62,6 +62,12 @@ struct KnownHostsTests {
         #expect(!KnownHosts.hostField(plain22[...], matches: "[ssh.example.com]:2222"))
         #expect(KnownHosts.hostField(port2222[...], matches: "[ssh.example.com]:2222"))
         #expect(!KnownHosts.hostField("|1|broken"[...], matches: "ssh.example.com"))
+        // Written as ssh-keygen writes them: the same salt gives ssh-keygen's field, and a new
+        // salt each time otherwise.
+        let salt = [UInt8](Data(base64Encoded: "RLL9fPQcEXw7TQQPybqrXmyXCHk=")!)
+        #expect(KnownHosts.hashedName("ssh.example.com", salt: salt) == plain22)
+        let written = KnownHosts.hashedName("[ssh.example.com]:2222")
+        #expect(KnownHosts.hostField(written[...], matches: "[ssh.example.com]:2222") && written != KnownHosts.hashedName("[ssh.example.com]:2222"))
     }
 
     @Test("entries: markers read, comments and broken lines skipped, line numbers kept, key type checked against the blob")

@@ -61,4 +61,28 @@ struct ShellPlanTests {
         #expect(!ShellPlan.reconnects(noReconnect: true, hasCommand: false, noCommand: false, stdinIsTerminal: true))
         #expect(!ShellPlan.reconnects(noReconnect: false, hasCommand: false, noCommand: false, stdinIsTerminal: false))
     }
+
+    @Test("the methods ssh_config allows: each toggle; PreferredAuthentications keeps only its names, in OpenSSH's order, and refuses another order")
+    func allowedMethods() throws {
+        #expect(try ShellPlan.allowedMethods(publicKey: nil, keyboardInteractive: nil, password: nil, preferred: nil)
+                == [.publicKey, .keyboardInteractive, .password])
+        #expect(try ShellPlan.allowedMethods(publicKey: false, keyboardInteractive: nil, password: false, preferred: nil) == [.keyboardInteractive])
+        #expect(try ShellPlan.allowedMethods(publicKey: nil, keyboardInteractive: nil, password: nil, preferred: ["publickey", "password"])
+                == [.publicKey, .password])
+        #expect(try ShellPlan.allowedMethods(publicKey: false, keyboardInteractive: nil, password: nil,
+                                             preferred: ["gssapi-with-mic", "publickey", "password"]) == [.password])
+        #expect(throws: ConfigurationError.self) {
+            try ShellPlan.allowedMethods(publicKey: nil, keyboardInteractive: nil, password: nil, preferred: ["password", "publickey"])
+        }
+    }
+
+    @Test("the command: the command line's, else RemoteCommand; both at once is ssh's error")
+    func remoteCommand() throws {
+        #expect(try ShellPlan.remoteCommand(commandLine: ["uname", "-a"], configured: nil) == "uname -a")
+        #expect(try ShellPlan.remoteCommand(commandLine: [], configured: "tmux attach") == "tmux attach")
+        #expect(try ShellPlan.remoteCommand(commandLine: [], configured: nil) == nil)
+        #expect(throws: ConfigurationError("Cannot execute command-line and remote command.")) {
+            try ShellPlan.remoteCommand(commandLine: ["true"], configured: "tmux attach")
+        }
+    }
 }

@@ -47,13 +47,14 @@ struct ShellHabitsTests {
         #expect(first.stdout == "\(world.sshd.keyUser)\n")
         #expect(first.stderr.contains("Connecting to \(testHost)…"))
         #expect(first.stderr.contains("Permanently added '\(testHost)' (ED25519) to the list of known hosts."))
-        #expect(try String(contentsOf: knownHosts, encoding: .utf8) == "\(testHost) \(world.sshd.hostKeyPublicLine)\n")
+        #expect(IntegrationTests.knownHosts(try String(contentsOf: knownHosts, encoding: .utf8), names: testHost, key: world.sshd.hostKeyPublicLine))
         #expect(!FileManager.default.fileExists(atPath: world.knownHostsFile.path), "the default known_hosts was written")
 
         // -o wins over the file; the Port keys the known_hosts entry.
         let port = try world.runTool(["shell", "work", "-o", "Port=2222"] + edgeFlags(world) + ["true"])
         #expect(port.status == 0, "\(port.stderr)")
-        #expect(try String(contentsOf: knownHosts, encoding: .utf8).contains("[\(testHost)]:2222 \(world.sshd.hostKeyPublicLine)"))
+        #expect(IntegrationTests.knownHosts(try String(contentsOf: knownHosts, encoding: .utf8), names: "[\(testHost)]:2222",
+                                            key: world.sshd.hostKeyPublicLine, lines: nil))
 
         // -F: another file instead (its own Host block; ~/.ssh/config is not read).
         let other = try writeConfig("""

@@ -23,11 +23,18 @@ struct ShellKnownHostsFilesTests {
 
         func file(_ name: String) -> URL { home.appendingPathComponent(name) }
 
-        /// Runs `shell` as sshd's key user with `extra`, the command `echo reached`.
-        func run(_ engine: ShellEngine, _ extra: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-            let arguments = ["shell", "\(sshd.keyUser)@\(testHost)", "--connect-to", "127.0.0.1:\(websockify.port)",
-                             "--ca-file", try certs().caFile.path, "--token-dir", file("tokens").path,
-                             "-i", sshd.clientKeyPath.path] + engine.flags + extra + ["--", "echo", "reached"]
+        /// `shell` as `user` (default: sshd's key user, with its key) with `extra`, then `command`.
+        func arguments(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"]) throws -> [String] {
+            let key = user == nil ? ["-i", sshd.clientKeyPath.path] : []
+            return ["shell", "\(user ?? sshd.keyUser)@\(testHost)", "--connect-to", "127.0.0.1:\(websockify.port)",
+                    "--ca-file", try certs().caFile.path, "--token-dir", file("tokens").path] + key + engine.flags + extra
+                + (command.map { ["--"] + $0 } ?? [])
+        }
+
+        /// Runs `shell` (see ``arguments(_:_:user:command:)``) without a terminal.
+        func run(_ engine: ShellEngine, _ extra: [String], user: String? = nil,
+                 command: [String]? = ["echo", "reached"]) throws -> (status: Int32, stdout: String, stderr: String) {
+            let arguments = try arguments(engine, extra, user: user, command: command)
             let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments,
                                              environment: ["HOME": home.path, "USER": "nobody-cfat"],
                                              removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: .none)
@@ -98,6 +105,73 @@ struct ShellKnownHostsFilesTests {
         let unknown = try world.run(engine, ["-o", "UserKnownHostsFile=\(first.path) \(world.file("empty").path)",
                                              "-o", "GlobalKnownHostsFile=none", "--accept-new"])
         #expect(unknown.status == 0, "\(unknown.stderr)")
-        #expect(try String(contentsOf: first, encoding: .utf8) == "\(testHost) \(world.sshd.hostKeyPublicLine)\n")
+        #expect(knownHosts(try String(contentsOf: first, encoding: .utf8), names: testHost, key: world.sshd.hostKeyPublicLine))
+    }
+
+    // MARK: Point 5: ssh_config keywords that change what ssh does are followed, or refused in one line
+
+    @Test("HashKnownHosts and HostKeyAlias: the entry added is hashed (or plain with no) and names the alias; RemoteCommand runs when the command line has none, and both are ssh's error", arguments: ShellEngine.allCases)
+    func knownHostsAndCommandKeywords(engine: ShellEngine) throws {
+        let world = try World()
+        let user = world.file(".ssh/known_hosts")
+        let plain = try world.run(engine, ["--accept-new", "-o", "HashKnownHosts=no", "-o", "GlobalKnownHostsFile=none"])
+        #expect(plain.status == 0, "\(plain.stderr)")
+        #expect(try String(contentsOf: user, encoding: .utf8) == "\(testHost) \(world.sshd.hostKeyPublicLine)\n")
+
+        try FileManager.default.removeItem(at: user)
+        let aliased = try world.run(engine, ["--accept-new", "-o", "HashKnownHosts=yes", "-o", "HostKeyAlias=alias.cfat.test",
+                                             "-o", "GlobalKnownHostsFile=none"])
+        #expect(aliased.status == 0, "\(aliased.stderr)")
+        #expect(aliased.stderr.contains("Permanently added 'alias.cfat.test' (ED25519)"), "\(aliased.stderr)")
+        let hashed = try String(contentsOf: user, encoding: .utf8)
+        #expect(hashed.hasPrefix("|1|"), "\(hashed)")
+        #expect(knownHosts(hashed, names: "alias.cfat.test", key: world.sshd.hostKeyPublicLine))
+        #expect(!knownHosts(hashed, names: testHost, key: world.sshd.hostKeyPublicLine))
+
+        let configured = try world.run(engine, ["--accept-new", "-o", "RemoteCommand=echo from-config"], command: nil)
+        #expect(configured.status == 0, "\(configured.stderr)")
+        #expect(configured.stdout == "from-config\n")
+        let both = try world.run(engine, ["-o", "RemoteCommand=echo from-config"])
+        #expect(both.status == 64 && both.stderr.contains("Cannot execute command-line and remote command."), "\(both.stderr)")
+    }
+
+    @Test("authentication keywords: PubkeyAuthentication=no and PreferredAuthentications without publickey keep the key unused (refused, never offered); another order, and algorithm lists, are refused in one line naming the keyword")
+    func authenticationKeywords() throws {
+        let world = try World()
+        for extra in [["-o", "PubkeyAuthentication=no"], ["-o", "PreferredAuthentications=password"]] {
+            let refused = try world.run(.command, ["--accept-new", "-o", "BatchMode=yes"] + extra)
+            #expect(refused.status == 77, "\(extra): \(refused.stderr)")
+            #expect(refused.stdout.isEmpty)
+        }
+        #expect(!world.sshd.logText.contains("Accepted publickey"), "the key was offered: \(world.sshd.logText.suffix(800))")
+        let allowed = try world.run(.command, ["--accept-new", "-o", "PreferredAuthentications=publickey,password"])
+        #expect(allowed.status == 0 && allowed.stdout == "reached\n", "\(allowed.stderr)")
+
+        let order = try world.run(.command, ["-o", "PreferredAuthentications=password,publickey"])
+        #expect(order.status == 64 && order.stderr.contains("PreferredAuthentications password,publickey: only OpenSSH's default order"),
+                "\(order.stderr)")
+        for keyword in ["Ciphers=aes128-ctr", "KexAlgorithms=curve25519-sha256", "HostKeyAlgorithms=ssh-ed25519", "MACs=hmac-sha2-256"] {
+            let name = String(keyword.prefix { $0 != "=" })
+            let result = try world.run(.command, ["-o", keyword])
+            #expect(result.status == 64, "\(keyword): \(result.stderr)")
+            #expect(result.stderr.contains("\(name) is not supported by this client"), "\(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result.stderr)")
+        }
+    }
+
+    @Test("BatchMode=yes on a terminal: no password question and no host-key question; the login fails at once, as ssh's does")
+    func batchModeNeverAsks() throws {
+        let world = try World()
+        let binary = try TestPaths.binary("cf-access-tcp").path
+        for extra in [["--accept-new"], []] {
+            let arguments = try world.arguments(.command, ["-o", "BatchMode=yes"] + extra, user: world.sshd.passwordUser)
+            let line = (["env", "-u", "SSH_AUTH_SOCK", "-u", "DBUS_SESSION_BUS_ADDRESS", "HOME=\(world.home.path)", "USER=nobody-cfat",
+                         shellQuote(binary)] + arguments.map(shellQuote)).joined(separator: " ")
+            let terminal = try TmuxTerminal(command: line)
+            let status = try terminal.exitStatus(timeout: 60)
+            let screen = try terminal.screen()
+            #expect(status == 77, "\(extra): \(screen)")
+            #expect(!screen.contains("password:") && !screen.contains("Are you sure you want to continue connecting"), "\(screen)")
+        }
     }
 }

@@ -51,11 +51,14 @@ package struct AuthenticationOrder: Sendable {
         package var keyboardInteractiveAttempts: Int
         /// Typed passwords tried.
         package var passwordAttempts: Int
+        /// The methods that may be used at all.
+        package var allowedMethods: SSHAuthenticationMethods
 
         /// Everything to try with; three tries of each kind by default.
         package init(account: SSHAccount, agentSocketPath: String? = nil, keys: [KeyFile] = [], identitiesOnly: Bool = false,
                      canAsk: Bool = true, hasPasswordStore: Bool = false, passphraseAttempts: Int = 3,
-                     keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3) {
+                     keyboardInteractiveAttempts: Int = 3, passwordAttempts: Int = 3,
+                     allowedMethods: SSHAuthenticationMethods = [.publicKey, .keyboardInteractive, .password]) {
             self.account = account
             self.agentSocketPath = agentSocketPath
             self.keys = keys
@@ -65,6 +68,7 @@ package struct AuthenticationOrder: Sendable {
             self.passphraseAttempts = passphraseAttempts
             self.keyboardInteractiveAttempts = keyboardInteractiveAttempts
             self.passwordAttempts = passwordAttempts
+            self.allowedMethods = allowedMethods
         }
     }
 
@@ -314,7 +318,7 @@ package struct AuthenticationOrder: Sendable {
         while true {
             switch candidate {
             case .publicKey(let position, _):
-                guard methods.contains(.publicKey), position < publicKeys.count else {
+                guard usable(.publicKey), position < publicKeys.count else {
                     candidate = .keyboardLookup
                     continue
                 }
@@ -340,7 +344,7 @@ package struct AuthenticationOrder: Sendable {
                 }
             case .keyboardLookup:
                 // The saved password may answer a password round: look it up first.
-                if methods.contains(.keyboardInteractive), setup.hasPasswordStore, saved == .notLookedUp {
+                if usable(.keyboardInteractive), setup.hasPasswordStore, saved == .notLookedUp {
                     stage = .keyboardLookup
                     return .lookUpSavedPassword
                 }
@@ -349,14 +353,14 @@ package struct AuthenticationOrder: Sendable {
                 let savedUsable: Bool
                 if case .available = saved { savedUsable = true } else { savedUsable = false }
                 let answerable = setup.canAsk || savedUsable || rememberedKeyboardPassword != nil
-                if methods.contains(.keyboardInteractive), answerable, triesLeft > 0 {
+                if usable(.keyboardInteractive), answerable, triesLeft > 0 {
                     // Without a person, one try: the saved (or remembered) password's.
                     stage = .keyboardInteractive(triesLeft: setup.canAsk ? triesLeft - 1 : 0)
                     return .offer(.keyboardInteractive)
                 }
                 candidate = .savedPassword
             case .savedPassword:
-                guard methods.contains(.password) else { return finalFailure() }
+                guard usable(.password) else { return finalFailure() }
                 switch saved {
                 case .available(let password):
                     stage = .savedPassword
@@ -443,6 +447,11 @@ package struct AuthenticationOrder: Sendable {
         guard let limitation = failure.engineLimitation else { return }
         if rsaLimitation == nil { notices.append(.rsaKeyRefused(key: name, reason: limitation)) }
         rsaLimitation = limitation
+    }
+
+    /// Whether `method` is offered by the server and allowed by the setup.
+    private func usable(_ method: SSHAuthenticationMethods) -> Bool {
+        methods.contains(method) && setup.allowedMethods.contains(method)
     }
 
     /// Nothing left to try.

@@ -45,6 +45,10 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         public var keyboardInteractiveAttempts: Int
         /// Typed passwords tried.
         public var passwordAttempts: Int
+        /// The methods that may be used (ssh_config's `PubkeyAuthentication`,
+        /// `KbdInteractiveAuthentication`, `PasswordAuthentication`, `PreferredAuthentications`);
+        /// the others are never tried, whatever the server offers.
+        public var allowedMethods: SSHAuthenticationMethods = [.publicKey, .keyboardInteractive, .password]
 
         /// A configuration with every setting; three tries of each kind by default.
         public init(account: SSHAccount, agentSocketPath: String? = nil, identityFiles: [String] = [],
@@ -118,7 +122,7 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
             canAsk: prompts.canAsk, hasPasswordStore: configuration.passwordStore != nil,
             passphraseAttempts: configuration.passphraseAttempts,
             keyboardInteractiveAttempts: configuration.keyboardInteractiveAttempts,
-            passwordAttempts: configuration.passwordAttempts)
+            passwordAttempts: configuration.passwordAttempts, allowedMethods: configuration.allowedMethods)
         state = LockedBox(State(order: AuthenticationOrder(setup: setup)))
     }
 

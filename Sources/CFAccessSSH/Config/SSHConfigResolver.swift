@@ -80,6 +80,24 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var requestTTY: SSHRequestTTY?
     /// `LogLevel`, upper-cased (`QUIET`, `ERROR`, `INFO`, …).
     public var logLevel: String?
+    /// `BatchMode`: never ask a person anything (passphrases, passwords, host keys).
+    public var batchMode: Bool?
+    /// `PubkeyAuthentication` (`unbound` and `host-bound` count as yes).
+    public var pubkeyAuthentication: Bool?
+    /// `PasswordAuthentication`.
+    public var passwordAuthentication: Bool?
+    /// `KbdInteractiveAuthentication` (or its old name `ChallengeResponseAuthentication`).
+    public var keyboardInteractiveAuthentication: Bool?
+    /// `PreferredAuthentications`, the method names in order.
+    public var preferredAuthentications: [String]?
+    /// `RemoteCommand`: the command to run when the command line gives none.
+    public var remoteCommand: String?
+    /// `HashKnownHosts`: new known_hosts entries are written with hashed names (`|1|…`).
+    public var hashKnownHosts: Bool?
+    /// `HostKeyAlias`: the name known_hosts uses for the host instead of its own.
+    public var hostKeyAlias: String?
+    /// `EscapeChar`: the escape character, or `none` (nil: not set).
+    public var escapeChar: String?
     /// `Match` blocks that were skipped (`path:line`): they are not supported, and their lines
     /// apply to no host.
     public var skippedMatchBlocks: [String] = []
@@ -413,6 +431,44 @@ private struct Resolution {
         case "ignoreunknown":
             let value = try single()
             if active && ignoreUnknown == nil { ignoreUnknown = value }
+        case "batchmode":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.batchMode == nil { config.batchMode = value }
+        case "pubkeyauthentication":
+            let text = try single().lowercased()
+            let value = ["unbound", "host-bound"].contains(text) ? true : try Self.flag(text, keyword: line.keyword, at: at)
+            if active && config.pubkeyAuthentication == nil { config.pubkeyAuthentication = value }
+        case "passwordauthentication":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.passwordAuthentication == nil { config.passwordAuthentication = value }
+        case "kbdinteractiveauthentication", "challengeresponseauthentication":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.keyboardInteractiveAuthentication == nil { config.keyboardInteractiveAuthentication = value }
+        case "preferredauthentications":
+            let value = try single().split(separator: ",").map { String($0).lowercased() }
+            if active && config.preferredAuthentications == nil { config.preferredAuthentications = value }
+        case "remotecommand":
+            guard !arguments.isEmpty else { throw at.error("RemoteCommand needs a command") }
+            if active && config.remoteCommand == nil { config.remoteCommand = arguments.joined(separator: " ") }
+        case "hashknownhosts":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.hashKnownHosts == nil { config.hashKnownHosts = value }
+        case "hostkeyalias":
+            let value = try single()
+            if active && config.hostKeyAlias == nil { config.hostKeyAlias = value }
+        case "escapechar":
+            let value = try single()
+            guard SSHConfigResolver.escapeCharacter(value) != nil || value.lowercased() == "none" else {
+                throw at.error("EscapeChar \(value) is not one character, ^ and a letter, or none")
+            }
+            if active && config.escapeChar == nil { config.escapeChar = value }
+        case "ciphers", "kexalgorithms", "hostkeyalgorithms", "macs", "pubkeyacceptedalgorithms", "pubkeyacceptedkeytypes":
+            // What the key exchange offers is OpenSSH's default here: a list set for the host is
+            // refused rather than ignored, since ssh would offer something else.
+            if active {
+                throw at.error("\(line.keyword) is not supported by this client (it offers OpenSSH's default algorithms); "
+                               + "remove it for this host, or use ssh with ProxyCommand")
+            }
         case let name where SSHConfigKeywords.known.contains(name):
             break   // an OpenSSH option this client does not use
         case let name:
@@ -587,5 +643,18 @@ enum SSHPattern {
             }
         }
         return matched
+    }
+}
+
+extension SSHConfigResolver {
+    /// An `EscapeChar` (or `-e`) value as the byte it stands for: one character, or `^` and a
+    /// letter (a control character); nil for `none` or anything else.
+    public static func escapeCharacter(_ value: String) -> UInt8? {
+        let bytes = Array(value.utf8)
+        if bytes.count == 1, bytes[0] < 0x80 { return bytes[0] }
+        if bytes.count == 2, bytes[0] == UInt8(ascii: "^"), (0x40...0x7e).contains(bytes[1] & ~0x20) {
+            return (bytes[1] & ~0x20) & 0x1f
+        }
+        return nil
     }
 }

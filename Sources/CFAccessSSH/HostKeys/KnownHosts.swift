@@ -135,6 +135,15 @@ public struct KnownHosts: Sendable {
         return found
     }
 
+    /// `name` hashed as OpenSSH's `HashKnownHosts` writes it: `|1|` base64(salt) `|`
+    /// base64(HMAC-SHA1(salt, name)), with a random 20-byte salt unless one is given.
+    package static func hashedName(_ name: String, salt given: [UInt8]? = nil) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let salt = given ?? (0..<20).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let hash = Digest.hmacSHA1(key: salt, message: Array(name.utf8))
+        return "|1|" + Base64.encode(salt, alphabet: .standard, padded: true) + "|" + Base64.encode(hash, alphabet: .standard, padded: true)
+    }
+
     /// Whether a line's host field names `name`: a hashed name (`|1|salt|hash`, HMAC-SHA1 of the
     /// name under the salt), or a pattern list as OpenSSH's `match_hostname` reads it.
     package static func hostField(_ field: Substring, matches name: String) -> Bool {
@@ -201,9 +210,11 @@ public struct KnownHosts: Sendable {
     }
 
     /// Appends `name key` for `host`:`port`, creating the file (0600) and its directory (0700)
-    /// if needed. Existing lines are never rewritten. A host that is not a plain name (a
-    /// pattern, a `host:port`) is refused.
-    public func add(host: String, port: Int, key: SSHHostKey) throws(SSHFailure) {
+    /// if needed; with `hashed` (OpenSSH's `HashKnownHosts`), the name as `|1|salt|hash`
+    /// (HMAC-SHA1 of the name under a random 20-byte salt), so the file does not list the hosts.
+    /// Existing lines are never rewritten. A host that is not a plain name (a pattern, a
+    /// `host:port`) is refused.
+    public func add(host: String, port: Int, key: SSHHostKey, hashed: Bool = false) throws(SSHFailure) {
         try Self.checkWritable(host: host)
         let directory = PathText.deletingLastComponent(path)
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
@@ -219,7 +230,8 @@ public struct KnownHosts: Sendable {
         if let existing = FileDescriptors.readSmallFile(path), let last = existing.last, last != UInt8(ascii: "\n") {
             prefix = "\n"
         }
-        let line = prefix + "\(Self.entryName(host: host, port: port)) \(key.knownHostsText)\n"
+        let name = Self.entryName(host: host, port: port)
+        let line = prefix + "\(hashed ? Self.hashedName(name) : name) \(key.knownHostsText)\n"
         if let failure = Array(line.utf8).withUnsafeBytes({ FileDescriptors.write(all: $0, to: fd) }) {
             throw SSHFailure(.localIO, "cannot write \(path): \(SystemError(failure).text)")
         }

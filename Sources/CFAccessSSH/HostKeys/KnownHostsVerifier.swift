@@ -30,6 +30,8 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
         public var port: Int
         /// What to do with a key the file does not name.
         public var checking: SSHHostKeyChecking
+        /// Whether a key added is written with a hashed name (OpenSSH's `HashKnownHosts`).
+        public var hashesNewEntries = false
 
         /// Checks against `knownHosts` and `otherKnownHosts` (default: the system's files) for
         /// `host`:`port` (default 22), asking about unknown keys by default.
@@ -97,7 +99,8 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
                 await prompt.show(.unknown(question))
                 action = check.answered(await prompt.confirm(question))
             case .record(let notice):
-                try knownHosts.add(host: configuration.host, port: configuration.port, key: hostKey)
+                try knownHosts.add(host: configuration.host, port: configuration.port, key: hostKey,
+                                   hashed: configuration.hashesNewEntries)
                 await prompt?.show(notice)
                 return
             case .refuse(let notices, let failure):

@@ -2,6 +2,7 @@
 // a tmux pseudo-terminal to drive the tool like a person, an ssh-agent, and a real
 // gnome-keyring Secret Service on a private D-Bus session bus.
 
+import CFAccessSSH
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -238,5 +239,17 @@ final class KeyringFixture: @unchecked Sendable {
         let result = try run("secret-tool", ["lookup", "user", user, "host", host, "port", String(port)],
                              env: environment.merging(["HOME": home.path]) { _, new in new }, timeout: 30)
         return result.status == 0 && !result.stdout.isEmpty ? result.stdout : nil
+    }
+}
+
+/// Whether known_hosts `text` has exactly `count` lines (nil: any number) and one of them names
+/// `name` with `key` (the key type and base64): plainly, or hashed as `HashKnownHosts` writes it
+/// (Debian's /etc/ssh/ssh_config sets it, and the tool follows it as ssh does).
+func knownHosts(_ text: String, names name: String, key: String, lines count: Int? = 1) -> Bool {
+    let lines = text.split(separator: "\n")
+    if let count, lines.count != count { return false }
+    return lines.contains { line in
+        let fields = line.split(separator: " ", maxSplits: 1)
+        return fields.count == 2 && String(fields[1]) == key && KnownHosts.hostField(fields[0], matches: name)
     }
 }
