@@ -139,6 +139,7 @@ def serve_ssh(conn, args):
 
     disabled = {"keys": ["ssh-rsa"]} if args.no_ssh_rsa else None
     transport = paramiko.Transport(conn, disabled_algorithms=disabled)
+    transport.use_compression(True)   # offered; the client picks (none unless it asks for zlib)
     for path in args.host_key:
         transport.add_server_key(load_key(paramiko, path))
     server = Server()
@@ -150,6 +151,7 @@ def serve_ssh(conn, args):
         log("client %s" % transport.remote_version)
         return
     log("hostkey %s" % transport.host_key_type)
+    log("compression %s" % transport.remote_compression)
     log("client %s" % transport.remote_version)
     channel = transport.accept(60)
     if channel is None:

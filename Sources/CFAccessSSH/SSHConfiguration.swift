@@ -19,6 +19,9 @@ extension SSHSession {
         /// With a libssh older than 0.11, which cannot send terminal modes, such a session runs on
         /// libssh2, which sends them (see ``SSHSession``). False by default.
         public var opensTerminal: Bool
+        /// Whether the session asks for zlib compression (ssh's `-C`, `Compression yes`); the
+        /// server decides. False by default.
+        public var compression = false
         /// The SSH library to run on, chosen by hand (tests); nil: as ``opensTerminal`` says.
         package var engine: SSHEngineKind?
 

@@ -39,6 +39,7 @@ struct RootCommand: AsyncParsableCommand {
     /// parsed with cloudflared's spellings too (`access --fedramp tcp …`, see
     /// `CommandLineCompatibility`), and with cloudflared's `config.yml` (`ConfigFile`).
     static func main() async {
+        ToolProcess.sanitiseStandardDescriptors()
         ToolProcess.refuseTooFewDescriptors()
         ToolProcess.reserveMainQueueDescriptor()
         let arguments = Array(CommandLine.arguments.dropFirst())

@@ -114,6 +114,14 @@ struct ShellCommand: AsyncParsableCommand {
 
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
+        if account.nullInput {
+            // -n: stdin is /dev/null, as in ssh.
+            let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            if null >= 0 {
+                _ = dup2(null, 0)
+                if null != 0 { close(null) }
+            }
+        }
         let environment = ProcessInfo.processInfo.environment
         let target: ShellTarget
         let host: SSHHostConfig
@@ -149,7 +157,13 @@ struct ShellCommand: AsyncParsableCommand {
             guard (0...3600).contains(serverAliveInterval) else {
                 throw ConfigurationError("ServerAliveInterval \(serverAliveInterval) in ssh_config: the interval must be between 0 (off) and 3600 seconds")
             }
-            forwards = try session.forwards()
+            forwards = try session.forwards() + host.localForwards.map { spec throws(ConfigurationError) in
+                do {
+                    return try SSHLocalForward(parsing: spec)
+                } catch {
+                    throw ConfigurationError("LocalForward \(spec) in ssh_config: expected [bind_address:]port host:hostport")
+                }
+            }
             for key in account.identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
             }
@@ -159,7 +173,9 @@ struct ShellCommand: AsyncParsableCommand {
             var tunnelFlags = flags
             tunnelFlags.hostname = target.host
             tunnelFlags.connectTimeout = timeout
-            logging = try LoggingSetup(level: flags.loglevel, file: flags.logfile, directory: flags.logDirectory)
+            // -v: debug lines, unless --loglevel asked for another level.
+            let level = account.verbose > 0 && flags.loglevel == "info" ? "debug" : flags.loglevel
+            logging = try LoggingSetup(level: level, file: flags.logfile, directory: flags.logDirectory)
             settings = try TunnelSettings(flags: tunnelFlags, environment: environment, logger: logging.logger)
             if settings.listen != nil {
                 throw ConfigurationError("--url cannot be used with shell: the session needs no local port")
@@ -220,14 +236,17 @@ struct ShellCommand: AsyncParsableCommand {
         authenticationConfiguration.allowedMethods = allowedMethods
         let authentication = SSHOrderedAuthentication(configuration: authenticationConfiguration, prompts: prompts, logger: logging.logger)
         let keepalive = SSHKeepalive(interval: .seconds(serverAliveInterval), unansweredLimit: host.serverAliveCountMax ?? 3)
-        let configuration = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
+        var configuration = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
+        configuration.compression = account.compression || host.compression == true
 
         // ssh's choice of a terminal: -T / -t / -tt (or RequestTTY), a shell by default, none when
         // stdin is not a terminal unless forced.
         let stdinIsTerminal = isatty(0) == 1
         let request = ShellPlan.terminalRequest(noTerminal: session.noTerminal, terminalRequests: session.terminalRequests,
                                                 configured: host.requestTTY)
-        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: remote != nil, stdinIsTerminal: stdinIsTerminal)
+        // -N runs nothing: no terminal, and so no note about one.
+        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: remote != nil || session.noCommand,
+                                                              stdinIsTerminal: stdinIsTerminal)
         if let notice, !isQuiet { writeStderr(notice) }
         let mode: ShellRunner.Mode
         do {
@@ -413,6 +432,15 @@ struct ShellTarget: Sendable {
 /// ssh's letters that pick the account, the keys and the ssh_config: `-p -l -i -F -o -q`,
 /// `--identities-only`.
 struct SSHAccountOptions: ParsableArguments {
+    @Flag(name: .customShort("v"), help: "Verbose, like ssh -v: debug lines on stderr (-vv the same; --loglevel and --logfile still win).")
+    var verbose: Int
+
+    @Flag(name: .customShort("n"), help: "Read stdin from /dev/null, like ssh -n (for a command run in the background).")
+    var nullInput = false
+
+    @Flag(name: .customShort("C"), help: "Ask for compression, like ssh -C (Compression in ssh_config).")
+    var compression = false
+
     @Option(name: .customShort("p", allowingJoined: true),
             help: "The SSH port the known_hosts entry and the saved password are keyed to (default: Port in ssh_config, else 22).")
     var port: Int?

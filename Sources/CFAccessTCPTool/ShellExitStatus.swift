@@ -8,6 +8,8 @@ extension ExitStatus {
     /// OpenSSH's ssh exits with then (checked with ssh 9.2: `ssh host yes | head -1` gives 255
     /// and no message). The run ends without a line, since nothing went wrong for the reader.
     static let outputClosedStatus: Int32 = 255
+    /// A terminal session ended by `~.`: ssh's 255.
+    static let escapeDisconnectStatus: Int32 = 255
 
     /// The status for a remote command killed by the signal `name` (`TERM`): 128 + its number,
     /// as shells report it (255 for a name we do not know).

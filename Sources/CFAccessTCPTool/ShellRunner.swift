@@ -319,7 +319,8 @@ final class ShellRunner {
             }
             current.withLock { $0 = channel }
             // Escapes (~. ~? ~~) as in ssh, on a session with a terminal.
-            let end = await channel.run(input: .standardInput, output: .standardOutput, escapes: escapeCharacter.map { SSHEscapes(escapeCharacter: $0) })
+            let end = await channel.run(input: .standardInput, output: .standardOutput,
+                                        escapes: escapeCharacter.map { SSHEscapes(escapeCharacter: $0) })
             current.withLock { $0 = nil }
             let action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {
@@ -330,6 +331,8 @@ final class ShellRunner {
                 case .lost, .outputClosed: break
                 default: progress("Connection to \(target.host) closed.")
                 }
+                // ~. (the one local close of a terminal session) ends with 255, as in ssh.
+                if case .closed = end { return ExitStatus.escapeDisconnectStatus }
                 return status(of: end)
             }
             raw?.restore()

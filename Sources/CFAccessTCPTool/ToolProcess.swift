@@ -3,6 +3,9 @@ internal import CCFShim
 internal import CCFWebSockets
 import AccessTransport
 import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What the executable, and only the executable, changes in its own process for the libraries
 /// it links (the libraries themselves leave the host process alone: reference/DECISIONS.md).
@@ -27,6 +30,20 @@ enum ToolProcess {
 
     /// Ends the process with the usual "Too many open files" line and 74 when the limit is below
     /// ``minimumDescriptors``, before libdispatch needs more of them. Call it first thing.
+    /// A standard descriptor (0, 1, 2) the tool was started without is opened on /dev/null, as
+    /// ssh's `sanitise_stdfd` does: otherwise the first socket or file the tool opens would take
+    /// its number, and a line meant for stderr, or a command's output, would be written into it.
+    /// Call it first thing.
+    static func sanitiseStandardDescriptors() {
+        for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) == -1 && errno == EBADF {
+            let null = open("/dev/null", O_RDWR)
+            if null >= 0 && null != fd {
+                _ = dup2(null, fd)
+                close(null)
+            }
+        }
+    }
+
     static func refuseTooFewDescriptors() {
         guard let limit = FileDescriptors.limit, limit < minimumDescriptors else { return }
         writeStderr("cf-access-tcp: Too many open files (the limit is \(limit)): cf-access-tcp needs at least \(minimumDescriptors); raise the limit with `ulimit -n`")

@@ -8,7 +8,7 @@ import Glibc
 /// pseudo-terminal (tmux) against a real sshd through the emulator.
 @Suite("shell escapes: ~. ~? ~~ on the interactive session", .serialized, .ownThreads)
 struct ShellEscapeTests {
-    @Test("~? lists the escapes, ~~ sends one ~, a ~ in mid-line is text, ~. after a newline disconnects: status 0, terminal restored")
+    @Test("~? lists the escapes, ~~ sends one ~, a ~ in mid-line is text, ~. after a newline disconnects: status 255 (as ssh), terminal restored")
     func escapes() throws {
         let world = try ShellWorld()
         try world.trustHostKey()
@@ -30,7 +30,7 @@ struct ShellEscapeTests {
         #expect(!(try terminal.screen()).contains("~~cfat-no-such-command"))
         // ~. ends the session at once.
         try terminal.type("~.", enter: false)
-        #expect(try terminal.exitStatus() == 0)
+        #expect(try terminal.exitStatus() == 255, "ssh's status after ~.")
         let screen = try terminal.screen()
         #expect(screen.contains("Connection to \(testHost) closed."), "\(screen)")
         #expect(screen.contains("TTY-RESTORED"), "\(screen)")
@@ -48,7 +48,7 @@ struct ShellEscapeTests {
         try terminal.type("echo never-answered")
         let typed = Date()
         try terminal.type("~.", enter: false)
-        #expect(try terminal.exitStatus(timeout: 30) == 0)
+        #expect(try terminal.exitStatus(timeout: 30) == 255)
         // The disconnect is bounded (2 s to send, 2 s for the tunnel to close); keepalives would
         // have taken three minutes with this interval.
         #expect(Date().timeIntervalSince(typed) < 25)

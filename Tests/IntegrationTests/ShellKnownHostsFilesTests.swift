@@ -6,45 +6,8 @@ import Testing
 /// Real sshd behind websockify (Debian's WebSocket server, not our emulator), on both engines.
 @Suite("shell reads every known_hosts file", .serialized, .ownThreads)
 struct ShellKnownHostsFilesTests {
-    /// sshd behind websockify, the tool's HOME, and `shell` arguments that reach them.
-    private final class World: @unchecked Sendable {
-        let sshd: SSHDFixture
-        let websockify: WebsockifyFixture
-        let home: URL
-
-        init() throws {
-            sshd = try SSHDFixture()
-            websockify = try WebsockifyFixture(target: "127.0.0.1:\(sshd.port)")
-            home = try makeTempDir("cfat-known-hosts")
-            try FileManager.default.createDirectory(at: home.appendingPathComponent(".ssh"), withIntermediateDirectories: true)
-        }
-
-        deinit { try? FileManager.default.removeItem(at: home) }
-
-        func file(_ name: String) -> URL { home.appendingPathComponent(name) }
-
-        /// `shell` as `user` (default: sshd's key user, with its key) with `extra`, then `command`.
-        func arguments(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"]) throws -> [String] {
-            let key = user == nil ? ["-i", sshd.clientKeyPath.path] : []
-            return ["shell", "\(user ?? sshd.keyUser)@\(testHost)", "--connect-to", "127.0.0.1:\(websockify.port)",
-                    "--ca-file", try certs().caFile.path, "--token-dir", file("tokens").path] + key + engine.flags + extra
-                + (command.map { ["--"] + $0 } ?? [])
-        }
-
-        /// Runs `shell` (see ``arguments(_:_:user:command:)``) without a terminal.
-        func run(_ engine: ShellEngine, _ extra: [String], user: String? = nil,
-                 command: [String]? = ["echo", "reached"]) throws -> (status: Int32, stdout: String, stderr: String) {
-            let arguments = try arguments(engine, extra, user: user, command: command)
-            let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments,
-                                             environment: ["HOME": home.path, "USER": "nobody-cfat"],
-                                             removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: .none)
-            let status = try process.waitForExit(timeout: 90)
-            return (status, process.stdoutText.replacingOccurrences(of: "\r", with: ""), process.stderrText)
-        }
-    }
-
     /// An ed25519 public key that is not sshd's, as a known_hosts key field.
-    private func strangerKey(in world: World) throws -> String {
+    private func strangerKey(in world: WebsockifyShellWorld) throws -> String {
         let key = world.file("stranger")
         try generateKey(at: key, comment: "stranger")
         let line = try String(contentsOf: key.appendingPathExtension("pub"), encoding: .utf8)
@@ -53,7 +16,7 @@ struct ShellKnownHostsFilesTests {
 
     @Test("a key pinned for the host in the system file is a changed key: refused with --accept-new, naming that file; nothing is added to the user's file", arguments: ShellEngine.allCases)
     func globalPinBeatsAcceptNew(engine: ShellEngine) throws {
-        let world = try World()
+        let world = try WebsockifyShellWorld()
         let global = world.file("ssh_known_hosts")
         try "\(testHost) \(try strangerKey(in: world))\n".write(to: global, atomically: true, encoding: .utf8)
         let user = world.file(".ssh/known_hosts")
@@ -71,7 +34,7 @@ struct ShellKnownHostsFilesTests {
 
     @Test("@revoked in the system file refuses the key even when the user's file trusts it and with --accept-new", arguments: ShellEngine.allCases)
     func globalRevocation(engine: ShellEngine) throws {
-        let world = try World()
+        let world = try WebsockifyShellWorld()
         let global = world.file("ssh_known_hosts")
         try "@revoked \(testHost) \(world.sshd.hostKeyPublicLine)\n".write(to: global, atomically: true, encoding: .utf8)
         let user = world.file(".ssh/known_hosts")
@@ -84,7 +47,7 @@ struct ShellKnownHostsFilesTests {
 
     @Test("a key known only to the system file, or to a second UserKnownHostsFile, is trusted without a question, and the first user file is left alone", arguments: ShellEngine.allCases)
     func keyInAnotherFile(engine: ShellEngine) throws {
-        let world = try World()
+        let world = try WebsockifyShellWorld()
         let global = world.file("ssh_known_hosts")
         try "\(testHost) \(world.sshd.hostKeyPublicLine)\n".write(to: global, atomically: true, encoding: .utf8)
         let first = world.file(".ssh/known_hosts")
@@ -112,7 +75,7 @@ struct ShellKnownHostsFilesTests {
 
     @Test("HashKnownHosts and HostKeyAlias: the entry added is hashed (or plain with no) and names the alias; RemoteCommand runs when the command line has none, and both are ssh's error", arguments: ShellEngine.allCases)
     func knownHostsAndCommandKeywords(engine: ShellEngine) throws {
-        let world = try World()
+        let world = try WebsockifyShellWorld()
         let user = world.file(".ssh/known_hosts")
         let plain = try world.run(engine, ["--accept-new", "-o", "HashKnownHosts=no", "-o", "GlobalKnownHostsFile=none"])
         #expect(plain.status == 0, "\(plain.stderr)")
@@ -137,7 +100,7 @@ struct ShellKnownHostsFilesTests {
 
     @Test("authentication keywords: PubkeyAuthentication=no and PreferredAuthentications without publickey keep the key unused (refused, never offered); another order, and algorithm lists, are refused in one line naming the keyword")
     func authenticationKeywords() throws {
-        let world = try World()
+        let world = try WebsockifyShellWorld()
         for extra in [["-o", "PubkeyAuthentication=no"], ["-o", "PreferredAuthentications=password"]] {
             let refused = try world.run(.command, ["--accept-new", "-o", "BatchMode=yes"] + extra)
             #expect(refused.status == 77, "\(extra): \(refused.stderr)")
@@ -161,7 +124,7 @@ struct ShellKnownHostsFilesTests {
 
     @Test("BatchMode=yes on a terminal: no password question and no host-key question; the login fails at once, as ssh's does")
     func batchModeNeverAsks() throws {
-        let world = try World()
+        let world = try WebsockifyShellWorld()
         let binary = try TestPaths.binary("cf-access-tcp").path
         for extra in [["--accept-new"], []] {
             let arguments = try world.arguments(.command, ["-o", "BatchMode=yes"] + extra, user: world.sshd.passwordUser)

@@ -82,6 +82,20 @@ struct ShellTrustTests {
         #expect(server.events.contains("pty") == (engine == .terminal), "\(server.events)")
     }
 
+    @Test("-C asks for compression (issue 25.2.6): the server sees zlib chosen; without it, none", arguments: ShellEngine.allCases)
+    func compression(engine: ShellEngine) throws {
+        let server = try HostileSSHServer(mode: "ssh", hostKeys: ["ed25519"])
+        let world = try world(reaching: server.address)
+        try "\(testHost) \(server.publicLines["ed25519"]!)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
+        for (flags, expected) in [(["-C"], true), ([], false)] {
+            let before = server.events.count
+            let result = try world.runTool(world.arguments(user: "me", extra: engine.flags + flags, command: ["true"]))
+            #expect(result.status == 0, "\(flags): \(result.stderr)")
+            let chosen = server.events.dropFirst(before).filter { $0.hasPrefix("compression ") }
+            #expect(chosen.count == 1 && chosen.allSatisfy { $0.hasPrefix("compression zlib") == expected }, "\(flags): \(server.events)")
+        }
+    }
+
     // MARK: Point 3: markers, patterns, destinations
 
     @Test("@revoked: refused with OpenSSH's warning even with --accept-new, and known_hosts is left alone", arguments: ShellEngine.allCases)

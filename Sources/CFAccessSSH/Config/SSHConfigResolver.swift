@@ -98,6 +98,11 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var hostKeyAlias: String?
     /// `EscapeChar`: the escape character, or `none` (nil: not set).
     public var escapeChar: String?
+    /// `LocalForward` lines (every one that applies), as `-L` specifications
+    /// (`[bind_address:]port:host:hostport`).
+    public var localForwards: [String] = []
+    /// `Compression`.
+    public var compression: Bool?
     /// `Match` blocks that were skipped (`path:line`): they are not supported, and their lines
     /// apply to no host.
     public var skippedMatchBlocks: [String] = []
@@ -431,6 +436,18 @@ private struct Resolution {
         case "ignoreunknown":
             let value = try single()
             if active && ignoreUnknown == nil { ignoreUnknown = value }
+        case "localforward":
+            guard arguments.count == 2 else {
+                throw at.error("LocalForward takes [bind_address:]port and host:hostport")
+            }
+            let specification = arguments[0] + ":" + arguments[1]
+            guard (try? SSHLocalForward(parsing: specification)) != nil else {
+                throw at.error("LocalForward \(arguments.joined(separator: " ")) is not [bind_address:]port host:hostport")
+            }
+            if active { config.localForwards.append(specification) }
+        case "compression":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.compression == nil { config.compression = value }
         case "batchmode":
             let value = try Self.flag(try single(), keyword: line.keyword, at: at)
             if active && config.batchMode == nil { config.batchMode = value }

@@ -154,6 +154,7 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         let ciphers = CipherAlgorithms.openSSHOrder.joined(separator: ",")
         _ = ssh_options_set(raw, SSH_OPTIONS_CIPHERS_C_S, ciphers)
         _ = ssh_options_set(raw, SSH_OPTIONS_CIPHERS_S_C, ciphers)
+        if state.configuration.compression { _ = ssh_options_set(raw, SSH_OPTIONS_COMPRESSION, "yes") }
         return offered
     }
 

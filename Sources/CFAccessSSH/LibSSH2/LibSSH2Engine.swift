@@ -159,6 +159,7 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
             let ciphers = CipherAlgorithms.preference(supported: supportedAlgorithms(method))
             if !ciphers.isEmpty { _ = libssh2_session_method_pref(raw, method, ciphers.joined(separator: ",")) }
         }
+        if state.configuration.compression { _ = libssh2_session_flag(raw, LIBSSH2_FLAG_COMPRESS, 1) }
         return offered
     }
 

@@ -253,3 +253,46 @@ func knownHosts(_ text: String, names name: String, key: String, lines count: In
         return fields.count == 2 && String(fields[1]) == key && KnownHosts.hostField(fields[0], matches: name)
     }
 }
+
+/// A real sshd behind websockify (Debian's WebSocket server, not our emulator: no Access, no
+/// credential), the tool's HOME, and `shell` arguments that reach them (issue 25 part 2).
+final class WebsockifyShellWorld: @unchecked Sendable {
+    let sshd: SSHDFixture
+    let websockify: WebsockifyFixture
+    let home: URL
+
+    init() throws {
+        sshd = try SSHDFixture()
+        websockify = try WebsockifyFixture(target: "127.0.0.1:\(sshd.port)")
+        home = try makeTempDir("cfat-known-hosts")
+        try FileManager.default.createDirectory(at: home.appendingPathComponent(".ssh"), withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: home) }
+
+    func file(_ name: String) -> URL { home.appendingPathComponent(name) }
+
+    /// `shell` as `user` (default: sshd's key user, with its key) with `extra`, then `command`.
+    func arguments(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"]) throws -> [String] {
+        let key = user == nil ? ["-i", sshd.clientKeyPath.path] : []
+        return ["shell", "\(user ?? sshd.keyUser)@\(testHost)", "--connect-to", "127.0.0.1:\(websockify.port)",
+                "--ca-file", try certs().caFile.path, "--token-dir", file("tokens").path] + key + engine.flags + extra
+            + (command.map { ["--"] + $0 } ?? [])
+    }
+
+    /// Starts `shell` (see ``arguments(_:_:user:command:)``) without a terminal.
+    func start(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"],
+               stdin: Data? = nil) throws -> ManagedProcess {
+        try ManagedProcess(try TestPaths.binary("cf-access-tcp"), try arguments(engine, extra, user: user, command: command),
+                           environment: ["HOME": home.path, "USER": "nobody-cfat"],
+                           removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: stdin.map { .data($0) } ?? .none)
+    }
+
+    /// Runs `shell` to its end without a terminal; stdout without carriage returns.
+    func run(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"],
+             stdin: Data? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
+        let process = try start(engine, extra, user: user, command: command, stdin: stdin)
+        let status = try process.waitForExit(timeout: 90)
+        return (status, process.stdoutText.replacingOccurrences(of: "\r", with: ""), process.stderrText)
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 25 part 2 point 6 (and `LocalForward` of point 3): ssh's smaller habits, against real
+/// sshd behind websockify.
+@Suite("shell keeps ssh's smaller habits", .serialized, .ownThreads)
+struct ShellParityTests {
+    @Test("-v gives debug lines on stderr; -n reads stdin from /dev/null; -N without a terminal prints no pseudo-terminal note", arguments: ShellEngine.allCases)
+    func letters(engine: ShellEngine) throws {
+        let world = try WebsockifyShellWorld()
+        let quiet = try world.run(engine, ["--accept-new"])
+        #expect(quiet.status == 0, "\(quiet.stderr)")
+        #expect(!quiet.stderr.contains(" DBG "), "\(quiet.stderr)")
+        let verbose = try world.run(engine, ["-v"])
+        #expect(verbose.status == 0 && verbose.stdout == "reached\n", "\(verbose.stderr)")
+        #expect(verbose.stderr.contains(" DBG "), "\(verbose.stderr)")
+
+        let input = Data("from-stdin\n".utf8)
+        let read = try world.run(.command, [], command: ["cat"], stdin: input)
+        #expect(read.status == 0 && read.stdout == "from-stdin\n", "\(read.stderr)")
+        let null = try world.run(.command, ["-n"], command: ["cat"], stdin: input)
+        #expect(null.status == 0 && null.stdout.isEmpty, "-n: \(null.stdout) \(null.stderr)")
+
+        let echo = try TargetFixture(.echo)
+        let port = try freeLoopbackPort()
+        let forwards = try world.start(.command, ["-N", "-L", "\(port):127.0.0.1:\(echo.port)"], command: nil)
+        defer { forwards.terminate() }
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while !loopbackPortAccepts(port) && Date() < deadline && forwards.isRunning { usleep(100_000) }
+        let client = try ClientSocket(port: port)
+        try client.send(Array("ping".utf8))
+        var back: [UInt8] = []
+        #expect(try client.receive(count: 4) { back.append(contentsOf: $0) } == 4 && back == Array("ping".utf8))
+        #expect(!forwards.stderrText.contains("Pseudo-terminal"), "\(forwards.stderrText)")
+    }
+
+    @Test("LocalForward in ssh_config binds its port like -L (both add up); a bad one is one line naming it", arguments: ShellEngine.allCases)
+    func localForwardFromConfig(engine: ShellEngine) throws {
+        let world = try WebsockifyShellWorld()
+        let echo = try TargetFixture(.echo)
+        let (first, second) = (try freeLoopbackPort(), try freeLoopbackPort())
+        let config = world.file("config")
+        try "Host \(testHost)\n  LocalForward \(first) 127.0.0.1:\(echo.port)\n".write(to: config, atomically: true, encoding: .utf8)
+        let tool = try world.start(engine, ["--accept-new", "-F", config.path, "-L", "\(second):127.0.0.1:\(echo.port)"],
+                                   command: ["echo started; sleep 4; echo finished"])
+        defer { tool.terminate() }
+        _ = try tool.waitForLine(matching: "started", timeout: 60)
+        for port in [first, second] {
+            let client = try ClientSocket(port: port)
+            try client.send(Array("via \(port)".utf8))
+            var back: [UInt8] = []
+            #expect(try client.receive(count: "via \(port)".utf8.count) { back.append(contentsOf: $0) } == "via \(port)".utf8.count)
+            #expect(back == Array("via \(port)".utf8))
+            _ = shutdown(client.fd, Int32(SHUT_WR))
+            #expect(client.waitForEOF(timeout: 30))
+        }
+        #expect(try tool.waitForExit(timeout: 60) == 0, "\(tool.stderrText)")
+
+        try "Host \(testHost)\n  LocalForward \(first)\n".write(to: config, atomically: true, encoding: .utf8)
+        let bad = try world.run(engine, ["-F", config.path])
+        #expect(bad.status == 64 && bad.stderr.contains("LocalForward takes [bind_address:]port and host:hostport"), "\(bad.stderr)")
+    }
+
+    @Test("started with stdout closed, the tool opens /dev/null there (as ssh's sanitise_stdfd): the command's output never lands in a socket, the run ends cleanly")
+    func closedStandardOutput() throws {
+        let world = try WebsockifyShellWorld()
+        let arguments = try world.arguments(.command, ["--accept-new"], command: ["yes | head -c 200000; echo done"])
+        let binary = try TestPaths.binary("cf-access-tcp").path
+        let line = ([shellQuote(binary)] + arguments.map(shellQuote)).joined(separator: " ") + " >&-; echo status=$?"
+        let process = try ManagedProcess(URL(fileURLWithPath: "/bin/sh"), ["-c", line],
+                                         environment: ["HOME": world.home.path, "USER": "nobody-cfat"],
+                                         removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: .none)
+        #expect(try process.waitForExit(timeout: 90) == 0)
+        #expect(process.stdoutText == "status=0\n", "\(process.stdoutText) \(process.stderrText)")
+        #expect(!process.stderrText.contains("cf-access-tcp:"), "\(process.stderrText)")
+    }
+}
