@@ -157,6 +157,15 @@ public final class SSHSession: Sendable {
         SSHInteractiveChannel(try await core.openShell(terminal: terminal, command: command, environment: environment))
     }
 
+    /// Opens a `direct-tcpip` channel to `host`:`port` as the server sees them (ssh's `-W`, and
+    /// the hop of a `ProxyJump`): run it with ``SSHInteractiveChannel/run(input:output:escapes:)``
+    /// (no escapes), which copies `input` to the connection and the connection to `output` until
+    /// either side ends (``SSHChannelEnd/closed``). Throws ``SSHFailure/Kind/protocolError`` with
+    /// the server's reason when it refuses (OpenSSH's `connect failed: Connection refused`).
+    public func openDirectTCPIP(host: String, port: Int) async throws(SSHFailure) -> SSHInteractiveChannel {
+        SSHInteractiveChannel(try await core.openDirect(host: host, port: port))
+    }
+
     /// Whether ``openShell(terminal:command:environment:)`` sends the terminal's modes with the
     /// terminal request.
     public var terminalModesSent: Bool { engineKind.sendsTerminalModes }

@@ -189,7 +189,8 @@ struct ShellCommand: AsyncParsableCommand {
         for block in host.skippedMatchBlocks {
             logging.logger.debug("ssh_config: Match blocks are not supported; skipped the one at \(block)")
         }
-        let isQuiet = account.quiet || host.isQuiet
+        // -W: stdout is the connection's, and ssh says nothing on stderr either.
+        let isQuiet = account.quiet || host.isQuiet || session.stdioForward != nil
         // -q: nothing on the terminal but failures, so no log records either.
         if account.quiet { logging.terminal?.mute(true) }
 
@@ -250,7 +251,11 @@ struct ShellCommand: AsyncParsableCommand {
         if let notice, !isQuiet { writeStderr(notice) }
         let mode: ShellRunner.Mode
         do {
-            mode = try ShellPlan.mode(noCommand: session.noCommand, terminal: wantsTerminal, command: remote, tmux: session.tmux)
+            mode = try ShellPlan.mode(noCommand: session.noCommand, terminal: wantsTerminal && session.stdioForward == nil,
+                                      command: remote, tmux: session.tmux,
+                                      stdioForward: try session.stdioForward.map { value throws(ConfigurationError) in
+                                          try ShellPlan.stdioForward(value)
+                                      })
         } catch {
             throw usageFailure(error.message)
         }
@@ -487,12 +492,24 @@ struct SSHSessionOptions: ParsableArguments {
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
     var tmux: String?
 
+    @Option(name: .customShort("W", allowingJoined: true),
+            help: ArgumentHelp("Carry stdin and stdout to host:port as the SSH server sees it, like ssh -W (a ProxyCommand for another ssh).",
+                               valueName: "host:port"))
+    var stdioForward: String?
+
     @Option(name: .customShort("e", allowingJoined: true),
             help: "The escape character of an interactive session, like ssh -e: a character, ^ and a letter, or none (default ~; EscapeChar in ssh_config).")
     var escapeChar: String?
 
     /// The checks of these flags alone (before ssh_config is read): one line each.
     func check(command: [String]) throws(ConfigurationError) {
+        // (The value itself is read in run(): CommandLineCompatibility tells the options that take
+        // a value by parsing `-W 1`, which must get past these checks.)
+        if stdioForward != nil {
+            guard command.isEmpty, tmux == nil, terminalRequests == 0, !noCommand, localForwards.isEmpty else {
+                throw ConfigurationError("-W carries stdin and stdout only: give it without a command, -N, -L, -t or --tmux")
+            }
+        }
         if let escapeChar, SSHConfigResolver.escapeCharacter(escapeChar) == nil, escapeChar.lowercased() != "none" {
             throw ConfigurationError("-e \(escapeChar): give one character, ^ and a letter, or none")
         }

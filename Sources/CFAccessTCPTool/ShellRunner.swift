@@ -119,6 +119,8 @@ final class ShellRunner {
             return await runInteractive(command: command, tunnel: connection.0, session: connection.1)
         case .forwardsOnly:
             return await runForwardsOnly(tunnel: connection.0, session: connection.1)
+        case .stdioForward(let host, let port):
+            return await runStdioForward(host: host, port: port, tunnel: connection.0, session: connection.1)
         }
     }
 
@@ -221,6 +223,24 @@ final class ShellRunner {
             // The reader went away (`… | head -1`): quietly, with ssh's status for it.
             return ExitStatus.outputClosedStatus
         }
+    }
+
+    /// `-W host:port`: stdin to a `direct-tcpip` channel, the channel to stdout, until either
+    /// side ends; no reconnect (a connection carried for another program cannot be resumed).
+    private func runStdioForward(host: String, port: Int, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
+        let end: SSHChannelEnd
+        do {
+            let channel = try await session.openDirectTCPIP(host: host, port: port)
+            end = await channel.run(input: .standardInput, output: .standardOutput)
+        } catch {
+            await session.disconnect(description: "disconnected by user")
+            await tunnel.disconnect()
+            say("cf-access-tcp: \(error.message)")
+            return ExitStatus(error).rawValue
+        }
+        await session.disconnect(description: "disconnected by user")
+        await tunnel.disconnect()
+        return status(of: end)
     }
 
     /// `-N`: the forwards alone, until the connection is lost for good (reconnecting as an

@@ -12,6 +12,8 @@ package enum ShellMode: Sendable, Equatable {
     case terminal(command: String?)
     /// `-N`: no command, only the `-L` forwards.
     case forwardsOnly
+    /// `-W host:port`: stdin and stdout carried to `host`:`port` as the server sees it.
+    case stdioForward(host: String, port: Int)
 }
 
 /// What `shell` decides from its flags and ssh_config before it connects, as ssh decides it:
@@ -56,7 +58,9 @@ package enum ShellPlan {
 
     /// What runs remotely: `-N` nothing; a terminal (a shell, or the command with one); a
     /// command without one; else the login shell reading stdin. `--tmux` needs a terminal.
-    package static func mode(noCommand: Bool, terminal: Bool, command: String?, tmux: String?) throws(ConfigurationError) -> ShellMode {
+    package static func mode(noCommand: Bool, terminal: Bool, command: String?, tmux: String?,
+                             stdioForward: (host: String, port: Int)? = nil) throws(ConfigurationError) -> ShellMode {
+        if let stdioForward { return .stdioForward(host: stdioForward.host, port: stdioForward.port) }
         if noCommand { return .forwardsOnly }
         if terminal { return .terminal(command: command) }
         if let command { return .command(command) }
@@ -91,6 +95,17 @@ package enum ShellPlan {
             return commandLine.joined(separator: " ")
         }
         return configured
+    }
+
+    /// `-W host:port` (`[v6]:port` for an IPv6 address): the host and port.
+    package static func stdioForward(_ value: String) throws(ConfigurationError) -> (host: String, port: Int) {
+        let failure = ConfigurationError("-W \(value): expected host:port, e.g. -W intranet:22")
+        guard let colon = value.lastIndex(of: ":") else { throw failure }
+        var host = String(value[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty, !host.contains(where: { $0.isWhitespace }), let port = Int(value[value.index(after: colon)...]),
+              (1...65535).contains(port) else { throw failure }
+        return (host, port)
     }
 
     /// Whether a lost connection is reconnected: only a shell (or tmux) on a local terminal, and

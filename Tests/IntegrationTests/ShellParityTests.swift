@@ -77,4 +77,41 @@ struct ShellParityTests {
         #expect(process.stdoutText == "status=0\n", "\(process.stdoutText) \(process.stderrText)")
         #expect(!process.stderrText.contains("cf-access-tcp:"), "\(process.stderrText)")
     }
+
+    @Test("-W host:port carries stdin and stdout to the target as the server sees it, silently, and ends with 0 when the target closes; a refused target is the server's reason in one line", arguments: ShellEngine.allCases)
+    func stdioForward(engine: ShellEngine) throws {
+        let world = try WebsockifyShellWorld()
+        _ = try world.run(.command, ["--accept-new"])
+        let echo = try TargetFixture(.echo)
+        let payload = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let carried = try world.run(.command, ["-W", "127.0.0.1:\(echo.port)"], command: nil, stdin: payload)
+        #expect(carried.status == 0, "\(carried.stderr)")
+        #expect(carried.stderr.isEmpty, "ssh -W says nothing: \(carried.stderr)")
+        let process = try world.start(.command, ["-W", "127.0.0.1:\(echo.port)"], command: nil, stdin: payload)
+        #expect(try process.waitForExit(timeout: 90) == 0)
+        #expect(process.stdoutData == payload, "every byte back, in order (\(process.stdoutData.count) of \(payload.count))")
+
+        let closed = try freeLoopbackPort()
+        let refused = try world.run(.command, ["-W", "127.0.0.1:\(closed)"], command: nil, stdin: Data())
+        #expect(refused.status != 0, "\(refused.stderr)")
+        #expect(refused.stderr.contains("refused the channel to 127.0.0.1:\(closed): connect failed"), "\(refused.stderr)")
+        #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
+        #expect(try world.run(.command, ["-W", "no-port"], command: nil).status == 64)
+        #expect(try world.run(.command, ["-W", "h:22"], command: ["true"]).status == 64)
+    }
+
+    @Test("real OpenSSH ssh with shell -W as its ProxyCommand reaches the server behind the jump and runs a command")
+    func openSSHThroughStdioForward() throws {
+        let world = try WebsockifyShellWorld()
+        let known = world.file("jump_known_hosts")
+        let binary = try TestPaths.binary("cf-access-tcp").path
+        let proxy = [binary, "shell", "-W", "127.0.0.1:\(world.sshd.port)", "\(world.sshd.keyUser)@\(testHost)",
+                     "--connect-to", "127.0.0.1:\(world.websockify.port)", "--ca-file", try certs().caFile.path,
+                     "--token-dir", world.file("tokens").path, "-i", world.sshd.clientKeyPath.path,
+                     "--known-hosts", known.path, "-o", "GlobalKnownHostsFile=none", "--accept-new", "-F", "none"]
+            .map(shellQuote).joined(separator: " ")
+        let result = try world.sshd.runSSH(user: world.sshd.keyUser, proxyCommand: proxy, command: "echo through-W")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "through-W\n")
+    }
 }

@@ -8,6 +8,9 @@ import Glibc
 /// The exec or shell channel a pump runs.
 final class SessionChannel<Channel> {
     let raw: Channel
+    /// A `direct-tcpip` channel (no command, no exit status): its end after the server's EOF is
+    /// a close.
+    let isDirect: Bool
     let input: Int32?
     let sink: OutputSink
     var escapes: SSHEscapes?
@@ -19,8 +22,9 @@ final class SessionChannel<Channel> {
     /// are carried to their end first, as OpenSSH does. Any other end stops everything.
     var endedByServer = false
 
-    init(raw: Channel, input: Int32?, sink: @escaping OutputSink, escapes: SSHEscapes?) {
+    init(raw: Channel, isDirect: Bool = false, input: Int32?, sink: @escaping OutputSink, escapes: SSHEscapes?) {
         self.raw = raw
+        self.isDirect = isDirect
         self.input = input
         self.sink = sink
         self.escapes = escapes
@@ -380,7 +384,12 @@ final class ChannelPump<Engine: SSHEngine> {
             if let end = last.end {
                 main.end = end
             } else if engine.isEOF(main.raw) {
-                main.end = engine.finish(main.raw)
+                if main.isDirect {
+                    engine.closeNow(main.raw)
+                    main.end = .closed
+                } else {
+                    main.end = engine.finish(main.raw)
+                }
                 main.endedByServer = true
             }
             return true

@@ -20,6 +20,7 @@ protocol SessionCalls: AnyObject, Sendable {
              standardError: FileDescriptor, environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd
     func openShell(terminal: SSHTerminal, command: String?, environment: [String: String]) async throws(SSHFailure)
         -> any InteractiveChannelCalls
+    func openDirect(host: String, port: Int) async throws(SSHFailure) -> any InteractiveChannelCalls
     func disconnect(description: String) async
     func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure)
     func runForwards() async -> SSHChannelEnd
@@ -234,11 +235,11 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
     }
 
     /// Runs `channel` (nil: only the forwards) until it ends; frees it. On the session's thread.
-    private func pump(_ channel: UncheckedBox<Engine.Channel>?, input: Int32?, sink: @escaping OutputSink,
+    private func pump(_ channel: UncheckedBox<Engine.Channel>?, isDirect: Bool = false, input: Int32?, sink: @escaping OutputSink,
                       control: ChannelControl, escapes: SSHEscapes?) -> SSHChannelEnd {
         let pump = ChannelPump(engine: engine, control: control)
         if let channel {
-            pump.main = SessionChannel(raw: channel.value, input: input, sink: sink, escapes: escapes)
+            pump.main = SessionChannel(raw: channel.value, isDirect: isDirect, input: input, sink: sink, escapes: escapes)
         }
         return pump.run()
     }
@@ -266,6 +267,25 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
             if input == nil { control.post(.endOfInput) }
             return core.pump(channel, input: input, sink: descriptorSink(output: output, error: error), control: control, escapes: nil)
         }
+    }
+
+    func openDirect(host: String, port: Int) async throws(SSHFailure) -> any InteractiveChannelCalls {
+        let control = try ChannelControl()
+        let channel = try await onThread { core throws(SSHFailure) -> UncheckedBox<Engine.Channel> in
+            let engine = core.engine
+            let opened = try engine.retry("opening a channel to \(host):\(port)", until: engine.deadline()) { () -> DirectOpen<Engine.Channel>? in
+                let step = engine.openDirect(host: host, port: port, originHost: "127.0.0.1", originPort: 0)
+                if case .again = step { return nil }
+                return step
+            }
+            switch opened {
+            case .opened(let channel): return UncheckedBox(channel)
+            case .refused(let reason): throw SSHFailure(.protocolError, "The SSH server refused the channel to \(host):\(port): \(reason)")
+            case .lost(let failure): throw failure
+            case .again: throw SSHFailure(.protocolError, "the channel to \(host):\(port) did not open")
+            }
+        }
+        return PumpedChannel(core: self, channel: channel, control: control, isDirect: true)
     }
 
     func openShell(terminal: SSHTerminal, command: String?, environment: [String: String]) async throws(SSHFailure)
@@ -296,10 +316,12 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
     }
 
     /// Runs the pump on the session's thread; a closed session is a lost connection.
-    fileprivate func runPump(_ channel: UncheckedBox<Engine.Channel>?, input: Int32?, sink: @escaping OutputSink,
+    fileprivate func runPump(_ channel: UncheckedBox<Engine.Channel>?, isDirect: Bool = false, input: Int32?, sink: @escaping OutputSink,
                              control: ChannelControl, escapes: SSHEscapes?) async -> SSHChannelEnd {
         do {
-            return try await onThread { core in core.pump(channel, input: input, sink: sink, control: control, escapes: escapes) }
+            return try await onThread { core in
+                core.pump(channel, isDirect: isDirect, input: input, sink: sink, control: control, escapes: escapes)
+            }
         } catch {
             return .lost(error)
         }
@@ -346,11 +368,13 @@ final class PumpedChannel<Engine: SSHEngine>: InteractiveChannelCalls {
     private let core: SSHSessionCore<Engine>
     private let channel: UncheckedBox<Engine.Channel>
     private let control: ChannelControl
+    private let isDirect: Bool
 
-    init(core: SSHSessionCore<Engine>, channel: UncheckedBox<Engine.Channel>, control: ChannelControl) {
+    init(core: SSHSessionCore<Engine>, channel: UncheckedBox<Engine.Channel>, control: ChannelControl, isDirect: Bool = false) {
         self.core = core
         self.channel = channel
         self.control = control
+        self.isDirect = isDirect
     }
 
     func resize(columns: Int, rows: Int) { control.post(.resize(columns: columns, rows: rows)) }
@@ -360,12 +384,12 @@ final class PumpedChannel<Engine: SSHEngine>: InteractiveChannelCalls {
 
     func run(input: FileDescriptor?, output: FileDescriptor, escapes: SSHEscapes?) async -> SSHChannelEnd {
         let output = output.rawValue
-        return await core.runPump(channel, input: input?.rawValue, sink: descriptorSink(output: output, error: output),
+        return await core.runPump(channel, isDirect: isDirect, input: input?.rawValue, sink: descriptorSink(output: output, error: output),
                                   control: control, escapes: escapes)
     }
 
     func run(onOutput: @escaping @Sendable (Data) -> Void) async -> SSHChannelEnd {
-        await core.runPump(channel, input: nil, sink: { _, bytes in onOutput(Data(bytes)); return true }, control: control,
-                           escapes: nil)
+        await core.runPump(channel, isDirect: isDirect, input: nil, sink: { _, bytes in onOutput(Data(bytes)); return true },
+                           control: control, escapes: nil)
     }
 }
