@@ -133,7 +133,7 @@ public final class SSHSession: Sendable {
     public func exec(_ command: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
                      standardError: FileDescriptor, environment: [String: String] = [:]) async throws(SSHFailure)
         -> SSHChannelEnd {
-        try await core.run(command: command, standardInput: standardInput, standardOutput: standardOutput,
+        try await core.run(.exec(command), standardInput: standardInput, standardOutput: standardOutput,
                            standardError: standardError, environment: environment)
     }
 
@@ -141,7 +141,16 @@ public final class SSHSession: Sendable {
     /// `standardInput` as its commands; otherwise as ``exec(_:standardInput:standardOutput:standardError:environment:)``.
     public func shell(standardInput: FileDescriptor?, standardOutput: FileDescriptor, standardError: FileDescriptor,
                       environment: [String: String] = [:]) async throws(SSHFailure) -> SSHChannelEnd {
-        try await core.run(command: nil, standardInput: standardInput, standardOutput: standardOutput,
+        try await core.run(.shell, standardInput: standardInput, standardOutput: standardOutput,
+                           standardError: standardError, environment: environment)
+    }
+
+    /// Starts the subsystem `name` (ssh's `-s`, e.g. `sftp`), copying `standardInput` to it and
+    /// its output to `standardOutput` (and anything on its stderr to `standardError`) until it
+    /// ends; otherwise as ``exec(_:standardInput:standardOutput:standardError:environment:)``.
+    public func subsystem(_ name: String, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
+                          standardError: FileDescriptor, environment: [String: String] = [:]) async throws(SSHFailure) -> SSHChannelEnd {
+        try await core.run(.subsystem(name), standardInput: standardInput, standardOutput: standardOutput,
                            standardError: standardError, environment: environment)
     }
 

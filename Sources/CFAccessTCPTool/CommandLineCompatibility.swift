@@ -45,7 +45,11 @@ enum CommandLineCompatibility {
                 if destination == nil, !rest.isEmpty { destination = rest.removeFirst() }
                 return options + (destination.map { [$0] } ?? []) + (rest.isEmpty ? [] : ["--"] + rest)
             }
-            if word.hasPrefix("-") && word.count > 1 {
+            if word.hasPrefix("-") && !word.hasPrefix("--") && word.count > 2 && takesValue(String(word.prefix(2))) {
+                // An option with its value joined (`-oPermitLocalCommand=no`, as scp passes it):
+                // split, since the parser would read `-oKey=value` as an option named `-oKey`.
+                options += [String(word.prefix(2)), String(word.dropFirst(2))]
+            } else if word.hasPrefix("-") && word.count > 1 {
                 options.append(word)
                 if takesValue(word), index + 1 < arguments.count {
                     options.append(arguments[index + 1])

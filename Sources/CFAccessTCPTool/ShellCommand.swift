@@ -157,7 +157,8 @@ struct ShellCommand: AsyncParsableCommand {
             guard (0...3600).contains(serverAliveInterval) else {
                 throw ConfigurationError("ServerAliveInterval \(serverAliveInterval) in ssh_config: the interval must be between 0 (off) and 3600 seconds")
             }
-            forwards = try session.forwards() + host.localForwards.map { spec throws(ConfigurationError) in
+            // ClearAllForwardings (what scp and sftp pass): no forward at all.
+            forwards = host.clearAllForwardings == true ? [] : try session.forwards() + host.localForwards.map { spec throws(ConfigurationError) in
                 do {
                     return try SSHLocalForward(parsing: spec)
                 } catch {
@@ -246,7 +247,7 @@ struct ShellCommand: AsyncParsableCommand {
         let request = ShellPlan.terminalRequest(noTerminal: session.noTerminal, terminalRequests: session.terminalRequests,
                                                 configured: host.requestTTY)
         // -N runs nothing: no terminal, and so no note about one.
-        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: remote != nil || session.noCommand,
+        let (wantsTerminal, notice) = ShellPlan.wantsTerminal(request, hasCommand: remote != nil || session.noCommand || session.subsystem,
                                                               stdinIsTerminal: stdinIsTerminal)
         if let notice, !isQuiet { writeStderr(notice) }
         let mode: ShellRunner.Mode
@@ -255,7 +256,7 @@ struct ShellCommand: AsyncParsableCommand {
                                       command: remote, tmux: session.tmux,
                                       stdioForward: try session.stdioForward.map { value throws(ConfigurationError) in
                                           try ShellPlan.stdioForward(value)
-                                      })
+                                      }, subsystem: session.subsystem)
         } catch {
             throw usageFailure(error.message)
         }
@@ -263,7 +264,10 @@ struct ShellCommand: AsyncParsableCommand {
                                               stdinIsTerminal: stdinIsTerminal)
         let runner = ShellRunner(
             target: target, settings: settings, logger: logging.logger, terminalLog: logging.terminal,
-            environment: environment, sentEnvironment: host.environment(sending: environment), quiet: isQuiet,
+            // Progress lines (Connecting…, Connected, Connection … closed.) only for an interactive
+            // session on a terminal: ssh says nothing otherwise, and scripts, scp and sftp read stderr.
+            environment: environment, sentEnvironment: host.environment(sending: environment),
+            quiet: isQuiet || !ShellPlan.showsProgress(mode, stdinIsTerminal: stdinIsTerminal),
             prompts: prompts, authentication: authentication, session: configuration, mode: mode, tmux: session.tmux,
             reconnect: reconnects ? SSHReconnectPolicy() : .never,
             forwards: forwards, escapeCharacter: escapeCharacter(host))
@@ -491,6 +495,12 @@ struct SSHSessionOptions: ParsableArguments {
 
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
     var tmux: String?
+
+    @Flag(name: .customShort("s"), help: "The command names a subsystem (e.g. sftp), like ssh -s.")
+    var subsystem = false
+
+    @Flag(name: .customShort("x"), help: "No X11 forwarding, like ssh -x (this client never forwards X11).")
+    var noX11 = false
 
     @Option(name: .customShort("W", allowingJoined: true),
             help: ArgumentHelp("Carry stdin and stdout to host:port as the SSH server sees it, like ssh -W (a ProxyCommand for another ssh).",

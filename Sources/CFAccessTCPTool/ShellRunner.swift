@@ -119,6 +119,8 @@ final class ShellRunner {
             return await runInteractive(command: command, tunnel: connection.0, session: connection.1)
         case .forwardsOnly:
             return await runForwardsOnly(tunnel: connection.0, session: connection.1)
+        case .subsystem(let name):
+            return await runCommand(nil, subsystem: name, tunnel: connection.0, session: connection.1)
         case .stdioForward(let host, let port):
             return await runStdioForward(host: host, port: port, tunnel: connection.0, session: connection.1)
         }
@@ -186,10 +188,13 @@ final class ShellRunner {
     // MARK: Running
 
     /// A command (or, for nil, the login shell) without a pseudo-terminal.
-    private func runCommand(_ command: String?, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
+    private func runCommand(_ command: String?, subsystem: String? = nil, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
         let end: SSHChannelEnd
         do {
-            if let command {
+            if let subsystem {
+                end = try await session.subsystem(subsystem, standardInput: .standardInput, standardOutput: .standardOutput,
+                                                  standardError: .standardError, environment: sentEnvironment)
+            } else if let command {
                 end = try await session.exec(command, standardInput: .standardInput, standardOutput: .standardOutput,
                                              standardError: .standardError, environment: sentEnvironment)
             } else {

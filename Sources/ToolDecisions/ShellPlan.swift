@@ -14,6 +14,8 @@ package enum ShellMode: Sendable, Equatable {
     case forwardsOnly
     /// `-W host:port`: stdin and stdout carried to `host`:`port` as the server sees it.
     case stdioForward(host: String, port: Int)
+    /// `-s`: the subsystem named by the command (`sftp`), no pseudo-terminal.
+    case subsystem(String)
 }
 
 /// What `shell` decides from its flags and ssh_config before it connects, as ssh decides it:
@@ -59,8 +61,12 @@ package enum ShellPlan {
     /// What runs remotely: `-N` nothing; a terminal (a shell, or the command with one); a
     /// command without one; else the login shell reading stdin. `--tmux` needs a terminal.
     package static func mode(noCommand: Bool, terminal: Bool, command: String?, tmux: String?,
-                             stdioForward: (host: String, port: Int)? = nil) throws(ConfigurationError) -> ShellMode {
+                             stdioForward: (host: String, port: Int)? = nil, subsystem: Bool = false) throws(ConfigurationError) -> ShellMode {
         if let stdioForward { return .stdioForward(host: stdioForward.host, port: stdioForward.port) }
+        if subsystem {
+            guard let command, !command.isEmpty else { throw ConfigurationError("-s needs the subsystem's name as the command, e.g. -s host sftp") }
+            return .subsystem(command)
+        }
         if noCommand { return .forwardsOnly }
         if terminal { return .terminal(command: command) }
         if let command { return .command(command) }
@@ -90,6 +96,8 @@ package enum ShellPlan {
 
     /// The command to run: the command line's, else `RemoteCommand`; both is ssh's error.
     package static func remoteCommand(commandLine: [String], configured: String?) throws(ConfigurationError) -> String? {
+        // `RemoteCommand none` (what scp passes) is read as the empty text: no command from the files.
+        let configured = configured?.isEmpty == true ? nil : configured
         if !commandLine.isEmpty {
             guard configured == nil else { throw ConfigurationError("Cannot execute command-line and remote command.") }
             return commandLine.joined(separator: " ")
@@ -106,6 +114,13 @@ package enum ShellPlan {
         guard !host.isEmpty, !host.contains(where: { $0.isWhitespace }), let port = Int(value[value.index(after: colon)...]),
               (1...65535).contains(port) else { throw failure }
         return (host, port)
+    }
+
+    /// Whether progress lines are shown: only an interactive session on a terminal, as ssh's
+    /// "Connection to host closed." (a command, `-N`, `-W` or a subsystem is silent).
+    package static func showsProgress(_ mode: ShellMode, stdinIsTerminal: Bool) -> Bool {
+        guard case .terminal = mode else { return false }
+        return stdinIsTerminal
     }
 
     /// Whether a lost connection is reconnected: only a shell (or tmux) on a local terminal, and

@@ -222,7 +222,11 @@ struct SSHConfigTests {
 
     @Test("keywords ssh knows but this client does not use are ignored; unknown words are errors with file:line; IgnoreUnknown")
     func unknownKeywords() throws {
-        let known = try resolve("Host *\n  Compression yes\n  ForwardAgent yes\n  ControlMaster auto\n  GSSAPIAuthentication yes\n", host: "x")
+        let known = try resolve("Host *\n  Compression yes\n  ForwardAgent no\n  ControlMaster auto\n  GSSAPIAuthentication yes\n", host: "x")
+        // What would change ssh's behaviour and this client does not do is refused, not ignored.
+        #expect(throws: SSHConfigError.self) { try resolve("Host *\n  ForwardAgent yes\n", host: "x") }
+        #expect(throws: SSHConfigError.self) { try resolve("Host x\n  Ciphers aes128-ctr\n", host: "x") }
+        #expect(try resolve("Host other\n  Ciphers aes128-ctr\n", host: "x").host == "x", "not for this host: not refused")
         #expect(known.hostName == "x")
         let error = failure("Host *\n  User a\n  Prot 22\n")
         #expect(error?.description.hasPrefix("/home/me/.ssh/config:3: Prot is not an ssh_config keyword") == true, "\(String(describing: error))")

@@ -44,7 +44,7 @@ struct ShellForwardingTests {
                             extra: ["-i", world.sshd.clientKeyPath.path, "-N", "-L", "\(port):127.0.0.1:\(echo.port)",
                                     "-L", "127.0.0.1:\(refusedPort):127.0.0.1:\(closed)"]))
         defer { tool.terminate() }
-        try tool.waitForStderr(containing: "Connected to \(testHost).", timeout: 60)
+        try waitForLogin(world)
         #expect(loopbackPortAccepts(port))
 
         // Four connections at once, 1 MiB each way each, plus a small one that half-closes.
@@ -96,7 +96,7 @@ struct ShellForwardingTests {
             world.arguments(user: world.sshd.keyUser,
                             extra: ["-i", world.sshd.clientKeyPath.path, "-N", "-L", "\(port):127.0.0.1:\(echo.port)"]))
         defer { tool.terminate() }
-        try tool.waitForStderr(containing: "Connected to \(testHost).", timeout: 60)
+        try waitForLogin(world)
         #expect(echoThrough(port: port, Array("before".utf8)) == nil)
 
         // The edge dies (the tunnel with it) and comes back on the same port.
@@ -170,3 +170,15 @@ struct ShellForwardingTests {
         try world.edge.waitForStats(host: testHost) { $0.upgradesAccepted == 0 }
     }
 }
+
+/// Waits (bounded) until sshd logged a key login: the session is up (-N prints no progress line,
+/// as ssh does not).
+private func waitForLogin(_ world: ShellWorld, timeout: TimeInterval = 60) throws {
+    let deadline = Date(timeIntervalSinceNow: timeout)
+    while !world.sshd.logText.contains("Accepted publickey") {
+        guard Date() < deadline else { throw FixtureError("sshd logged no login within \(Int(timeout)) s:\n\(world.sshd.logText.suffix(800))") }
+        usleep(100_000)
+    }
+    usleep(300_000)
+}
+

@@ -17,8 +17,8 @@ struct ShellModeTests {
         #expect(result.status == 3, "\(result.stderr)")
         #expect(result.stdout == "ok")
         #expect(result.stderr.contains("oops"))
-        #expect(result.stderr.contains("Connecting to \(testHost)…"))
-        #expect(result.stderr.contains("Connected to \(testHost)."))
+        #expect(!result.stderr.contains("Connecting to") && !result.stderr.contains("Connected to"),
+                "a command is silent, as in ssh (issue 25.2.6): \(result.stderr)")
         // The session ended with a disconnect, and the tunnel closed.
         try world.edge.waitForStats(host: testHost) { $0.activeTunnels == 0 && $0.upgradesAccepted == 1 }
     }

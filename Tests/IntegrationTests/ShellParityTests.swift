@@ -114,4 +114,49 @@ struct ShellParityTests {
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout == "through-W\n")
     }
+
+    // MARK: Point 4: scp and sftp with shell as their ssh program
+
+    /// A program for `scp -S` / `sftp -S` (which take a path, no arguments): the tool's `shell`
+    /// with this world's edge, key and known_hosts, then what scp or sftp passes.
+    private func sshProgram(_ world: WebsockifyShellWorld) throws -> URL {
+        let script = world.file("ssh-via-shell")
+        let fixed = ["shell", "--connect-to", "127.0.0.1:\(world.websockify.port)", "--ca-file", try certs().caFile.path,
+                     "--token-dir", world.file("tokens").path, "-i", world.sshd.clientKeyPath.path,
+                     "--known-hosts", world.file("known_hosts").path, "-o", "GlobalKnownHostsFile=none", "--accept-new", "-F", "none"]
+        let line = "exec env HOME=\(shellQuote(world.home.path)) \(shellQuote(try TestPaths.binary("cf-access-tcp").path)) "
+            + fixed.map(shellQuote).joined(separator: " ") + " \"$@\"\n"
+        try ("#!/bin/sh\n" + line).write(to: script, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: script.path)
+        return script
+    }
+
+    @Test("scp -S and sftp -S with shell as the ssh program: their options accepted (-x, -s, ForwardAgent=no, PermitLocalCommand=no, ClearAllForwardings=yes, RemoteCommand=none, RequestTTY=no), files copied both ways byte for byte, by sftp, scp (SFTP) and scp -O")
+    func scpAndSftp() throws {
+        let world = try WebsockifyShellWorld()
+        let program = try sshProgram(world)
+        let local = world.file("payload")
+        let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) })
+        try bytes.write(to: local)
+        let remote = "/tmp/cfat-scp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { for suffix in ["-sftp", "-scp", "-legacy"] { try? FileManager.default.removeItem(atPath: remote + suffix) } }
+        let destination = "\(world.sshd.keyUser)@\(testHost)"
+
+        let batch = world.file("batch")
+        try "put \(local.path) \(remote)-sftp\nget \(remote)-sftp \(local.path)-sftp\n".write(to: batch, atomically: true, encoding: .utf8)
+        let sftp = try run("sftp", ["-S", program.path, "-b", batch.path, destination], timeout: 90)
+        #expect(sftp.status == 0, "\(sftp.stderr) \(sftp.stdout)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: local.path + "-sftp")) == bytes)
+
+        for (flags, suffix) in [([String](), "-scp"), (["-O"], "-legacy")] {
+            let up = try run("scp", flags + ["-S", program.path, local.path, "\(destination):\(remote)\(suffix)"], timeout: 90)
+            #expect(up.status == 0, "\(flags): \(up.stderr)")
+            let down = try run("scp", flags + ["-S", program.path, "\(destination):\(remote)\(suffix)", local.path + suffix], timeout: 90)
+            #expect(down.status == 0, "\(flags): \(down.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: local.path + suffix)) == bytes, "\(flags)")
+        }
+        // What scp and sftp never pass is refused, not ignored.
+        let agent = try world.run(.command, ["-o", "ForwardAgent=yes"])
+        #expect(agent.status == 64 && agent.stderr.contains("ForwardAgent yes is not supported"), "\(agent.stderr)")
+    }
 }

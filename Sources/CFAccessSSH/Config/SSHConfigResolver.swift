@@ -103,6 +103,8 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var localForwards: [String] = []
     /// `Compression`.
     public var compression: Bool?
+    /// `ClearAllForwardings`: no `-L` or `LocalForward` (what scp and sftp pass).
+    public var clearAllForwardings: Bool?
     /// `Match` blocks that were skipped (`path:line`): they are not supported, and their lines
     /// apply to no host.
     public var skippedMatchBlocks: [String] = []
@@ -466,7 +468,19 @@ private struct Resolution {
             if active && config.preferredAuthentications == nil { config.preferredAuthentications = value }
         case "remotecommand":
             guard !arguments.isEmpty else { throw at.error("RemoteCommand needs a command") }
-            if active && config.remoteCommand == nil { config.remoteCommand = arguments.joined(separator: " ") }
+            // `none` (what scp passes): no remote command from the files; the empty text marks it.
+            let value = arguments.count == 1 && arguments[0].lowercased() == "none" ? "" : arguments.joined(separator: " ")
+            if active && config.remoteCommand == nil { config.remoteCommand = value }
+        case "clearallforwardings":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.clearAllForwardings == nil { config.clearAllForwardings = value }
+        case "forwardagent", "forwardx11", "forwardx11trusted", "permitlocalcommand":
+            // What scp and sftp pass (`no`) is what this client does; `yes` is refused, never ignored.
+            let text = try single().lowercased()
+            let off = ["no", "false"].contains(text)
+            if active && !off {
+                throw at.error("\(line.keyword) \(arguments[0]) is not supported by this client; leave it out or set it to no")
+            }
         case "hashknownhosts":
             let value = try Self.flag(try single(), keyword: line.keyword, at: at)
             if active && config.hashKnownHosts == nil { config.hashKnownHosts = value }

@@ -84,8 +84,8 @@ protocol SSHEngine: AnyObject, Sendable {
     func requestEnvironment(_ channel: Channel, name: String, value: String, until deadline: Date) throws(SSHFailure) -> Bool
     /// Asks for a pseudo-terminal.
     func requestTerminal(_ channel: Channel, _ terminal: SSHTerminal, until deadline: Date) throws(SSHFailure)
-    /// Starts `command`, or the login shell for nil.
-    func start(_ channel: Channel, command: String?, until deadline: Date) throws(SSHFailure)
+    /// Starts what `request` names: the login shell, a command, or a subsystem.
+    func start(_ channel: Channel, _ request: ChannelRequest, until deadline: Date) throws(SSHFailure)
     /// Drives the open of a `direct-tcpip` channel (one at a time; the same arguments until it
     /// is no longer `.again`).
     func openDirect(host: String, port: Int, originHost: String, originPort: Int) -> DirectOpen<Channel>
@@ -127,6 +127,30 @@ protocol SSHEngine: AnyObject, Sendable {
     func disconnect(description: String, handshakeDone: Bool)
     /// Frees the library's session (no message).
     func free()
+}
+
+/// What a session channel runs (RFC 4254 §6.5).
+enum ChannelRequest: Sendable, Equatable {
+    /// The login shell.
+    case shell
+    /// A command.
+    case exec(String)
+    /// A subsystem, e.g. `sftp`.
+    case subsystem(String)
+
+    /// The shell for nil, else the command.
+    init(command: String?) {
+        self = command.map { .exec($0) } ?? .shell
+    }
+
+    /// The request's name, for messages.
+    var name: String {
+        switch self {
+        case .shell: "shell"
+        case .exec: "exec"
+        case .subsystem(let name): "subsystem \(name)"
+        }
+    }
 }
 
 /// What a `direct-tcpip` open came to.

@@ -16,7 +16,7 @@ protocol SessionCalls: AnyObject, Sendable {
     func authenticate(user: String, offer: SSHAuthenticationOffer,
                       answering: (@Sendable (SSHKeyboardPrompt) async -> [String]?)?) async throws(SSHFailure)
     func exec(_ command: String, input: Data, environment: [String: String]) async throws(SSHFailure) -> SSHExecResult
-    func run(command: String?, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
+    func run(_ request: ChannelRequest, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
              standardError: FileDescriptor, environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd
     func openShell(terminal: SSHTerminal, command: String?, environment: [String: String]) async throws(SSHFailure)
         -> any InteractiveChannelCalls
@@ -213,7 +213,7 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
 
     /// Opens a session channel and starts `command` (exec) or a shell, with a PTY if `terminal`,
     /// after asking for `environment` (a variable the server refuses is skipped, as ssh skips it).
-    private func openChannel(command: String?, terminal: SSHTerminal?, environment: [String: String]) throws(SSHFailure)
+    private func openChannel(_ request: ChannelRequest, terminal: SSHTerminal?, environment: [String: String]) throws(SSHFailure)
         -> UncheckedBox<Engine.Channel> {
         let deadline = engine.deadline()
         let channel = try engine.openSession(until: deadline)
@@ -226,7 +226,7 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
                 }
             }
             if let terminal { try engine.requestTerminal(channel, terminal, until: deadline) }
-            try engine.start(channel, command: command, until: deadline)
+            try engine.start(channel, request, until: deadline)
         } catch {
             engine.free(channel)
             throw error
@@ -247,7 +247,7 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
     func exec(_ command: String, input: Data, environment: [String: String]) async throws(SSHFailure) -> SSHExecResult {
         let collector = OutputCollector()
         let end = try await onThread { core throws(SSHFailure) -> SSHChannelEnd in
-            let channel = try core.openChannel(command: command, terminal: nil, environment: environment)
+            let channel = try core.openChannel(.exec(command), terminal: nil, environment: environment)
             let control = try ChannelControl()
             if !input.isEmpty { control.post(.write(input)) }
             control.post(.endOfInput)
@@ -257,12 +257,12 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
         return collector.result(end: end)
     }
 
-    func run(command: String?, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
+    func run(_ request: ChannelRequest, standardInput: FileDescriptor?, standardOutput: FileDescriptor,
              standardError: FileDescriptor, environment: [String: String]) async throws(SSHFailure) -> SSHChannelEnd {
         let input = standardInput?.rawValue
         let (output, error) = (standardOutput.rawValue, standardError.rawValue)
         return try await onThread { core throws(SSHFailure) -> SSHChannelEnd in
-            let channel = try core.openChannel(command: command, terminal: nil, environment: environment)
+            let channel = try core.openChannel(request, terminal: nil, environment: environment)
             let control = try ChannelControl()
             if input == nil { control.post(.endOfInput) }
             return core.pump(channel, input: input, sink: descriptorSink(output: output, error: error), control: control, escapes: nil)
@@ -292,7 +292,7 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
         -> any InteractiveChannelCalls {
         let control = try ChannelControl()
         let channel = try await onThread { core throws(SSHFailure) in
-            try core.openChannel(command: command, terminal: terminal, environment: environment)
+            try core.openChannel(ChannelRequest(command: command), terminal: terminal, environment: environment)
         }
         return PumpedChannel(core: self, channel: channel, control: control)
     }

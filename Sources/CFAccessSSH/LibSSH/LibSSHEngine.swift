@@ -367,13 +367,15 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         guard rc == SSH_OK else { throw failure(rc, "requesting a terminal") }
     }
 
-    func start(_ channel: LibSSHChannel, command: String?, until deadline: Date) throws(SSHFailure) {
-        let request = command == nil ? "shell" : "exec"
-        let rc = try retry("starting the \(request)", until: deadline) {
-            if let command { return ssh_channel_request_exec(channel.raw, command) }
-            return ssh_channel_request_shell(channel.raw)
+    func start(_ channel: LibSSHChannel, _ request: ChannelRequest, until deadline: Date) throws(SSHFailure) {
+        let rc = try retry("starting the \(request.name)", until: deadline) {
+            switch request {
+            case .shell: ssh_channel_request_shell(channel.raw)
+            case .exec(let command): ssh_channel_request_exec(channel.raw, command)
+            case .subsystem(let name): ssh_channel_request_subsystem(channel.raw, name)
+            }
         }
-        guard rc == SSH_OK else { throw failure(rc, "starting the \(request)") }
+        guard rc == SSH_OK else { throw failure(rc, "starting the \(request.name)") }
     }
 
     func openDirect(host: String, port: Int, originHost: String, originPort: Int) -> DirectOpen<LibSSHChannel> {

@@ -305,12 +305,17 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
         guard rc == 0 else { throw failure(rc, "requesting a terminal") }
     }
 
-    func start(_ channel: OpaquePointer, command: String?, until deadline: Date) throws(SSHFailure) {
-        let request = command == nil ? "shell" : "exec"
-        let rc = try retry("starting the \(request)", until: deadline) {
-            libssh2_channel_process_startup(channel, request, UInt32(request.utf8.count), command, UInt32(command?.utf8.count ?? 0))
+    func start(_ channel: OpaquePointer, _ request: ChannelRequest, until deadline: Date) throws(SSHFailure) {
+        let (kind, argument): (String, String?)
+        switch request {
+        case .shell: (kind, argument) = ("shell", nil)
+        case .exec(let command): (kind, argument) = ("exec", command)
+        case .subsystem(let name): (kind, argument) = ("subsystem", name)
         }
-        guard rc == 0 else { throw failure(rc, "starting the \(request)") }
+        let rc = try retry("starting the \(request.name)", until: deadline) {
+            libssh2_channel_process_startup(channel, kind, UInt32(kind.utf8.count), argument, UInt32(argument?.utf8.count ?? 0))
+        }
+        guard rc == 0 else { throw failure(rc, "starting the \(request.name)") }
     }
 
     func openDirect(host: String, port: Int, originHost: String, originPort: Int) -> DirectOpen<OpaquePointer> {

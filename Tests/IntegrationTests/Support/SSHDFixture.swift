@@ -257,6 +257,7 @@ final class SSHDFixture: @unchecked Sendable {
         PrintMotd no
         PrintLastLog no
         X11Forwarding no
+        Subsystem sftp /usr/lib/openssh/sftp-server
         LoginGraceTime 180
         MaxStartups 64:30:128
         AcceptEnv LANG LC_* CFAT_*
