@@ -336,12 +336,13 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         do {
             rc = try retry("opening a channel", until: deadline) { ssh_channel_open_session(channel) }
         } catch {
-            ssh_channel_free(channel)
+            free(opened)
             throw error
         }
         guard rc == SSH_OK else {
-            ssh_channel_free(channel)
-            throw failure(rc, "opening a channel")
+            let failure = failure(rc, "opening a channel")
+            free(opened)
+            throw failure
         }
         return opened
     }
@@ -459,7 +460,13 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         ssh_channel_free(channel.raw)
     }
 
-    func free(_ channel: LibSSHChannel) { ssh_channel_free(channel.raw) }
+    func free(_ channel: LibSSHChannel) {
+        // libssh keeps a channel freed while still open until the server's close, and calls its
+        // callbacks for what arrives meanwhile (the exit status of a command still running when
+        // the output's reader went away): they must not reach the ChannelExit, gone with the pump.
+        if let exit = channel.exit { _ = ssh_remove_channel_callbacks(channel.raw, exit.callbacks) }
+        ssh_channel_free(channel.raw)
+    }
 
     // MARK: The rest
 
