@@ -130,6 +130,7 @@ struct ShellCommand: AsyncParsableCommand {
         let timeout: Int
         let serverAliveInterval: Int
         let forwards: [SSHLocalForward]
+        let jumpTarget: ShellTarget?
         do {
             let given = try ShellTarget(destination: destination, login: account.loginName, port: account.port, environment: environment)
             // ssh_config, as ssh reads it: the command line first, then the files.
@@ -168,11 +169,19 @@ struct ShellCommand: AsyncParsableCommand {
             for key in account.identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
             }
-            if let hostname = flags.hostname, hostname.lowercased() != target.host {
-                throw ConfigurationError("--hostname \(hostname) differs from the destination's host \(target.host): give the host once, as [user@]host")
+            // -J: the tunnel reaches the jump host; the destination is reached from there.
+            let jumpText = account.jump ?? host.proxyJump.flatMap { $0.isEmpty ? nil : $0 }
+            jumpTarget = try jumpText.map { value throws(ConfigurationError) in
+                let parsed = try ShellPlan.jump(value)
+                return try ShellTarget(user: parsed.user ?? target.user, host: parsed.host.lowercased(), port: parsed.port ?? 22,
+                                       configured: false)
+            }
+            let tunnelHost = jumpTarget?.host ?? target.host
+            if let hostname = flags.hostname, hostname.lowercased() != tunnelHost {
+                throw ConfigurationError("--hostname \(hostname) differs from the destination's host \(tunnelHost): give the host once, as [user@]host")
             }
             var tunnelFlags = flags
-            tunnelFlags.hostname = target.host
+            tunnelFlags.hostname = tunnelHost
             tunnelFlags.connectTimeout = timeout
             // -v: debug lines, unless --loglevel asked for another level.
             let level = account.verbose > 0 && flags.loglevel == "info" ? "debug" : flags.loglevel
@@ -270,7 +279,19 @@ struct ShellCommand: AsyncParsableCommand {
             quiet: isQuiet || !ShellPlan.showsProgress(mode, stdinIsTerminal: stdinIsTerminal),
             prompts: prompts, authentication: authentication, session: configuration, mode: mode, tmux: session.tmux,
             reconnect: reconnects ? SSHReconnectPolicy() : .never,
-            forwards: forwards, escapeCharacter: escapeCharacter(host))
+            forwards: forwards, escapeCharacter: escapeCharacter(host),
+            jump: jumpTarget.map { jump in
+                // The jump host's key is checked like any host's, in the same files and mode.
+                var check = hostKeyConfiguration
+                check.host = jump.host
+                check.port = jump.port
+                var login = authenticationConfiguration
+                login.account = jump.account
+                var jumpSession = configuration
+                jumpSession.hostKeyDelegate = KnownHostsVerifier(configuration: check, prompt: prompts)
+                return ShellRunner.Jump(target: jump, session: jumpSession,
+                                        authentication: SSHOrderedAuthentication(configuration: login, prompts: prompts, logger: logging.logger))
+            })
         let status = await runner.run()
         throw ExitCode(status)
     }
@@ -443,6 +464,11 @@ struct ShellTarget: Sendable {
 struct SSHAccountOptions: ParsableArguments {
     @Flag(name: .customShort("v"), help: "Verbose, like ssh -v: debug lines on stderr (-vv the same; --loglevel and --logfile still win).")
     var verbose: Int
+
+    @Option(name: .customShort("J", allowingJoined: true),
+            help: ArgumentHelp("Go through a jump host, like ssh -J: the tunnel reaches it (an Access-protected host), and its SSH server opens the way to the destination (ProxyJump in ssh_config).",
+                               valueName: "[user@]host[:port]"))
+    var jump: String?
 
     @Flag(name: .customShort("n"), help: "Read stdin from /dev/null, like ssh -n (for a command run in the background).")
     var nullInput = false

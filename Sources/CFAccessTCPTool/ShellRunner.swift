@@ -45,12 +45,25 @@ final class ShellRunner {
     private var engine: SSHEngineChoice?
     /// The escape character of an interactive session (`-e`, `EscapeChar`); nil: none.
     let escapeCharacter: UInt8?
+    /// `-J` / `ProxyJump`: the Access-protected host the tunnel reaches, whose SSH server opens
+    /// the way to the destination (a `direct-tcpip` channel carrying the destination's session).
+    let jump: Jump?
+    /// The jump's session and the channel that carries the destination's, while connected.
+    private var link: JumpLink?
+
+    /// A jump host: who and where, its host-key check and its login.
+    struct Jump {
+        let target: ShellTarget
+        let session: SSHSession.Configuration
+        let authentication: SSHOrderedAuthentication
+    }
 
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
          sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
          session: SSHSession.Configuration, mode: Mode, tmux: String?, reconnect: SSHReconnectPolicy,
-         forwards: [SSHLocalForward] = [], escapeCharacter: UInt8? = UInt8(ascii: "~")) {
+         forwards: [SSHLocalForward] = [], escapeCharacter: UInt8? = UInt8(ascii: "~"), jump: Jump? = nil) {
         self.escapeCharacter = escapeCharacter
+        self.jump = jump
         self.target = target
         self.settings = settings
         self.logger = logger
@@ -155,7 +168,14 @@ final class ShellRunner {
             var configuration = session
             configuration.engine = engine?.kind
             do {
-                let ssh = try SSHSession(stream: stream, configuration: configuration)
+                let ssh: SSHSession
+                if let jump {
+                    let link = try await JumpLink.open(jump, over: stream, to: target)
+                    self.link = link
+                    ssh = try SSHSession(fileDescriptor: FileDescriptor(rawValue: link.descriptor), configuration: configuration)
+                } else {
+                    ssh = try SSHSession(stream: stream, configuration: configuration)
+                }
                 try await ssh.handshake()
                 try await ssh.authenticate(user: target.user, delegate: authentication)
                 for listener in listeners {
@@ -164,7 +184,7 @@ final class ShellRunner {
                 if first { progress("Connected to \(target.host).") }
                 return (tunnel, ssh)
             } catch {
-                await tunnel.disconnect()
+                await finish(tunnel, nil)
                 // A terminal on libssh2 whose server needs RSA (an RSA-only host key, found in the
                 // key exchange): once more on libssh, which signs and verifies with rsa-sha2.
                 guard error.engineLimitation != nil, engine?.kind == .libssh2, engine?.reason != .chosen else {
@@ -174,6 +194,15 @@ final class ShellRunner {
                 logger.debug("the session runs on \(engine!.explanation): \(error.message)")
             }
         }
+    }
+
+    /// Ends a connection: the destination's session (if any) with `description`, then the jump's
+    /// link (if any), then the tunnel.
+    private func finish(_ tunnel: AccessTunnel, _ session: SSHSession?, description: String = "disconnected by user") async {
+        await session?.disconnect(description: description)
+        await link?.close()
+        link = nil
+        await tunnel.disconnect()
     }
 
     /// The failure line: the library's message, with the flag that gets past an unknown host key
@@ -202,12 +231,11 @@ final class ShellRunner {
                                               standardError: .standardError, environment: sentEnvironment)
             }
         } catch {
-            await tunnel.disconnect()
+            await finish(tunnel, session)
             say("cf-access-tcp: \(error.message)")
             return ExitStatus(error).rawValue
         }
-        await session.disconnect(description: "disconnected by user")
-        await tunnel.disconnect()
+        await finish(tunnel, session)
         return status(of: end)
     }
 
@@ -238,13 +266,11 @@ final class ShellRunner {
             let channel = try await session.openDirectTCPIP(host: host, port: port)
             end = await channel.run(input: .standardInput, output: .standardOutput)
         } catch {
-            await session.disconnect(description: "disconnected by user")
-            await tunnel.disconnect()
+            await finish(tunnel, session)
             say("cf-access-tcp: \(error.message)")
             return ExitStatus(error).rawValue
         }
-        await session.disconnect(description: "disconnected by user")
-        await tunnel.disconnect()
+        await finish(tunnel, session)
         return status(of: end)
     }
 
@@ -258,8 +284,7 @@ final class ShellRunner {
             let end = await session.runForwards()
             let action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {
-                await session.disconnect(description: "disconnected by user")
-                await tunnel.disconnect()
+                await finish(tunnel, session)
                 return status(of: end)
             }
             guard let reconnected = await reconnectAfterLoss(failure, closing: (tunnel, session), action: action,
@@ -276,8 +301,7 @@ final class ShellRunner {
                                     action: SSHReconnection.Action, reconnection: inout SSHReconnection,
                                     lineStart: String) async -> (AccessTunnel, SSHSession)? {
         let (lostTunnel, lostSession) = lost
-        await lostSession.disconnect(description: "connection lost")
-        await lostTunnel.disconnect()
+        await finish(lostTunnel, lostSession, description: "connection lost")
         var action = action
         var last = Stop(message: failure.message, status: ExitStatus(failure))
         while case .reconnect(let attempt, let attempts, let delay) = action {
@@ -338,7 +362,7 @@ final class ShellRunner {
                                                       command: remoteCommand, environment: sentEnvironment)
             } catch {
                 raw?.restore()
-                await tunnel.disconnect()
+                await finish(tunnel, session)
                 say("cf-access-tcp: \(error.message)")
                 return ExitStatus(error).rawValue
             }
@@ -350,8 +374,7 @@ final class ShellRunner {
             let action = reconnection.channelEnded(end)
             guard case .lost(let failure) = end, case .reconnect = action else {
                 raw?.restore()
-                await session.disconnect(description: "disconnected by user")
-                await tunnel.disconnect()
+                await finish(tunnel, session)
                 switch end {
                 case .lost, .outputClosed: break
                 default: progress("Connection to \(target.host) closed.")
@@ -370,3 +393,59 @@ final class ShellRunner {
         }
     }
 }
+
+/// The way to a destination through a jump host: the jump's SSH session on the tunnel stream, a
+/// `direct-tcpip` channel from it to the destination, and a socket pair whose one end the
+/// channel is pumped to, the other carrying the destination's session (`descriptor`).
+final class JumpLink: @unchecked Sendable {
+    private let session: SSHSession
+    private let channel: SSHInteractiveChannel
+    private let pumped: Task<SSHChannelEnd, Never>
+    private let ours: Int32
+    /// The end the destination's session runs on (owned here).
+    let descriptor: Int32
+
+    private init(session: SSHSession, channel: SSHInteractiveChannel, ours: Int32, descriptor: Int32) {
+        self.session = session
+        self.channel = channel
+        self.ours = ours
+        self.descriptor = descriptor
+        let end = FileDescriptor(rawValue: ours)
+        pumped = Task { await channel.run(input: end, output: end) }
+    }
+
+    /// Logs in to the jump over `stream` (its host key checked, as for any host) and opens the
+    /// channel to `destination`.
+    static func open(_ jump: ShellRunner.Jump, over stream: TunnelStream, to destination: ShellTarget) async throws(SSHFailure) -> JumpLink {
+        let session = try SSHSession(stream: stream, configuration: jump.session)
+        do throws(SSHFailure) {
+            try await session.handshake()
+            try await session.authenticate(user: jump.target.user, delegate: jump.authentication)
+            let channel = try await session.openDirectTCPIP(host: destination.host, port: destination.port)
+            var ends: [Int32] = [-1, -1]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+                channel.close()
+                throw SSHFailure(.localIO, "cannot create a socket pair: \(SystemError.current().text)")
+            }
+            return JumpLink(session: session, channel: channel, ours: ends[0], descriptor: ends[1])
+        } catch {
+            await session.disconnect(description: "disconnected by user")
+            throw SSHFailure(error.kind, "through the jump host \(jump.target.host): \(error.message)")
+        }
+    }
+
+    /// Closes the destination's end, lets the channel finish (bounded), then the jump's session.
+    func close() async {
+        Glibc.close(descriptor)
+        channel.endInput()
+        let closing = Task {
+            try? await Task.sleep(for: .seconds(2))
+            channel.close()
+        }
+        _ = await pumped.value
+        closing.cancel()
+        await session.disconnect(description: "disconnected by user")
+        Glibc.close(ours)
+    }
+}
+

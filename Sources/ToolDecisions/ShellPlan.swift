@@ -116,6 +116,30 @@ package enum ShellPlan {
         return (host, port)
     }
 
+    /// `-J` / `ProxyJump`: `[user@]host[:port]` of one jump host (user and port optional). A list
+    /// of hops is refused: one jump is supported.
+    package static func jump(_ value: String) throws(ConfigurationError) -> (user: String?, host: String, port: Int?) {
+        guard !value.contains(",") else {
+            throw ConfigurationError("-J \(value): one jump host is supported, not a list")
+        }
+        var rest = Substring(value)
+        var user: String?
+        if let at = rest.lastIndex(of: "@") {
+            user = String(rest[..<at])
+            rest = rest[rest.index(after: at)...]
+        }
+        var port: Int?
+        if let colon = rest.lastIndex(of: ":"), let number = Int(rest[rest.index(after: colon)...]) {
+            guard (1...65535).contains(number) else { throw ConfigurationError("-J \(value): the port must be between 1 and 65535") }
+            port = number
+            rest = rest[..<colon]
+        }
+        guard !rest.isEmpty, !rest.contains(where: { $0.isWhitespace || $0 == "/" || $0 == ":" }), user?.isEmpty != true else {
+            throw ConfigurationError("-J \(value): expected [user@]host[:port], e.g. -J me@jump.example.com")
+        }
+        return (user, String(rest), port)
+    }
+
     /// Whether progress lines are shown: only an interactive session on a terminal, as ssh's
     /// "Connection to host closed." (a command, `-N`, `-W` or a subsystem is silent).
     package static func showsProgress(_ mode: ShellMode, stdinIsTerminal: Bool) -> Bool {

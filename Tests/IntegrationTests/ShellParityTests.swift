@@ -159,4 +159,37 @@ struct ShellParityTests {
         let agent = try world.run(.command, ["-o", "ForwardAgent=yes"])
         #expect(agent.status == 64 && agent.stderr.contains("ForwardAgent yes is not supported"), "\(agent.stderr)")
     }
+
+    // MARK: Point 3: -J / ProxyJump
+
+    @Test("-J (and ProxyJump): the tunnel reaches the jump host, whose sshd opens the way to the destination; both host keys checked and recorded, both logins made, the command's output and status come back", arguments: ShellEngine.allCases)
+    func proxyJump(engine: ShellEngine) throws {
+        let world = try WebsockifyShellWorld()
+        let known = world.file(".ssh/known_hosts")
+        let destination = ["shell", "\(world.sshd.keyUser)@127.0.0.1", "-p", "\(world.sshd.port)",
+                           "--connect-to", "127.0.0.1:\(world.websockify.port)", "--ca-file", try certs().caFile.path,
+                           "--token-dir", world.file("tokens").path, "-i", world.sshd.clientKeyPath.path,
+                           "-o", "GlobalKnownHostsFile=none", "--accept-new"] + engine.flags
+        func run(_ extra: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+            let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), destination + extra + ["--", "echo jumped; exit 7"],
+                                             environment: ["HOME": world.home.path, "USER": "nobody-cfat"],
+                                             removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: .none)
+            let status = try process.waitForExit(timeout: 90)
+            return (status, process.stdoutText.replacingOccurrences(of: "\r", with: ""), process.stderrText)
+        }
+        let jumped = try run(["-J", "\(world.sshd.keyUser)@\(testHost)"])
+        #expect(jumped.status == 7, "\(jumped.stderr)")
+        #expect(jumped.stdout == "jumped\n")
+        let text = try String(contentsOf: known, encoding: .utf8)
+        #expect(knownHosts(text, names: testHost, key: world.sshd.hostKeyPublicLine, lines: 2), "the jump host's key: \(text)")
+        #expect(knownHosts(text, names: "[127.0.0.1]:\(world.sshd.port)", key: world.sshd.hostKeyPublicLine, lines: 2), "\(text)")
+        let logins = world.sshd.logText.components(separatedBy: "Accepted publickey").count - 1
+        #expect(logins == 2, "two logins, the jump's and the destination's: \(logins)")
+
+        let viaConfig = try run(["-o", "ProxyJump=\(world.sshd.keyUser)@\(testHost):22"])
+        #expect(viaConfig.status == 7 && viaConfig.stdout == "jumped\n", "\(viaConfig.stderr)")
+
+        let list = try run(["-J", "a@h1,b@h2"])
+        #expect(list.status == 64 && list.stderr.contains("one jump host is supported"), "\(list.stderr)")
+    }
 }

@@ -105,6 +105,8 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var compression: Bool?
     /// `ClearAllForwardings`: no `-L` or `LocalForward` (what scp and sftp pass).
     public var clearAllForwardings: Bool?
+    /// `ProxyJump`: `[user@]host[:port]` of the host to go through (empty for `none`).
+    public var proxyJump: String?
     /// `Match` blocks that were skipped (`path:line`): they are not supported, and their lines
     /// apply to no host.
     public var skippedMatchBlocks: [String] = []
@@ -471,6 +473,9 @@ private struct Resolution {
             // `none` (what scp passes): no remote command from the files; the empty text marks it.
             let value = arguments.count == 1 && arguments[0].lowercased() == "none" ? "" : arguments.joined(separator: " ")
             if active && config.remoteCommand == nil { config.remoteCommand = value }
+        case "proxyjump":
+            let value = try single()
+            if active && config.proxyJump == nil { config.proxyJump = value.lowercased() == "none" ? "" : value }
         case "clearallforwardings":
             let value = try Self.flag(try single(), keyword: line.keyword, at: at)
             if active && config.clearAllForwardings == nil { config.clearAllForwardings = value }
