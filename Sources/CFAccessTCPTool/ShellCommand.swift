@@ -165,6 +165,12 @@ struct ShellCommand: AsyncParsableCommand {
                 } catch {
                     throw ConfigurationError("LocalForward \(spec) in ssh_config: expected [bind_address:]port host:hostport")
                 }
+            } + host.dynamicForwards.map { spec throws(ConfigurationError) in
+                do {
+                    return try SSHLocalForward(parsingDynamic: spec)
+                } catch {
+                    throw ConfigurationError("DynamicForward \(spec) in ssh_config: expected [bind_address:]port")
+                }
             }
             for key in account.identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
@@ -516,6 +522,11 @@ struct SSHSessionOptions: ParsableArguments {
                                valueName: "[bind_address:]port:host:hostport"))
     var localForwards: [String] = []
 
+    @Option(name: .customShort("D", allowingJoined: true),
+            help: ArgumentHelp("Dynamic forwarding, like ssh -D: a SOCKS4/SOCKS5 proxy on port (loopback unless bind_address is given); each connection goes where its client asks, as the server sees it (repeatable).",
+                               valueName: "[bind_address:]port"))
+    var dynamicForwards: [String] = []
+
     @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L), like ssh -N.")
     var noCommand = false
 
@@ -542,7 +553,7 @@ struct SSHSessionOptions: ParsableArguments {
         // (The value itself is read in run(): CommandLineCompatibility tells the options that take
         // a value by parsing `-W 1`, which must get past these checks.)
         if stdioForward != nil {
-            guard command.isEmpty, tmux == nil, terminalRequests == 0, !noCommand, localForwards.isEmpty else {
+            guard command.isEmpty, tmux == nil, terminalRequests == 0, !noCommand, localForwards.isEmpty, dynamicForwards.isEmpty else {
                 throw ConfigurationError("-W carries stdin and stdout only: give it without a command, -N, -L, -t or --tmux")
             }
         }
@@ -568,13 +579,20 @@ struct SSHSessionOptions: ParsableArguments {
         }
     }
 
-    /// The `-L` forwards, parsed.
+    /// The `-L` and `-D` forwards, parsed.
     func forwards() throws(ConfigurationError) -> [SSHLocalForward] {
-        try localForwards.map { spec throws(ConfigurationError) in
+        let local = try localForwards.map { spec throws(ConfigurationError) in
             do {
                 return try SSHLocalForward(parsing: spec)
             } catch {
                 throw ConfigurationError("-L \(spec): expected [bind_address:]port:host:hostport, e.g. -L 8080:localhost:80")
+            }
+        }
+        return try local + dynamicForwards.map { spec throws(ConfigurationError) in
+            do {
+                return try SSHLocalForward(parsingDynamic: spec)
+            } catch {
+                throw ConfigurationError("-D \(spec): expected [bind_address:]port, e.g. -D 1080")
             }
         }
     }

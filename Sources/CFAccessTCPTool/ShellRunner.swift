@@ -107,7 +107,7 @@ final class ShellRunner {
             for forward in forwards {
                 listeners.append(try SSHForwardListener(forward, onEvent: { [target] event in
                     if case .openFailed(let origin, let reason) = event {
-                        ShellRunner.notice("cf-access-tcp: -L \(forward): \(target.host) refused the connection from \(origin): \(reason)")
+                        ShellRunner.notice("cf-access-tcp: -\(forward.isDynamic ? "D" : "L") \(forward): \(target.host) refused the connection from \(origin): \(reason)")
                     }
                 }))
             }

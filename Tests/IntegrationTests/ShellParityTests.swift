@@ -192,4 +192,62 @@ struct ShellParityTests {
         let list = try run(["-J", "a@h1,b@h2"])
         #expect(list.status == 64 && list.stderr.contains("one jump host is supported"), "\(list.stderr)")
     }
+
+    // MARK: Point 3: -D, dynamic forwarding
+
+    @Test("-D: a SOCKS5 and a SOCKS4a client each reach their own target through the session, bytes checked; curl fetches a page through it; a refused target is SOCKS5's 'connection refused' (-N: no terminal, so libssh)")
+    func dynamicForward() throws {
+        let world = try WebsockifyShellWorld()
+        let echo = try TargetFixture(.echo)
+        let port = try freeLoopbackPort()
+        let tool = try world.start(.command, ["--accept-new", "-N", "-D", "\(port)"], command: nil)
+        defer { tool.terminate() }
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while !world.sshd.logText.contains("Accepted publickey") && Date() < deadline { usleep(100_000) }
+
+        // SOCKS5 by name, greeting and request in one write, data right behind them.
+        let five = try ClientSocket(port: port)
+        let name = Array("localhost".utf8)
+        try five.send([5, 1, 0] + [5, 1, 0, 3, UInt8(name.count)] + name + [UInt8(echo.port >> 8), UInt8(echo.port & 0xff)])
+        var answer: [UInt8] = []
+        #expect(try five.receive(count: 12) { answer.append(contentsOf: $0) } == 12)
+        #expect(answer == [5, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0], "\(answer)")
+        let payload = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        try five.send(payload)
+        var back: [UInt8] = []
+        #expect(try five.receive(count: payload.count) { back.append(contentsOf: $0) } == payload.count)
+        #expect(back == payload)
+
+        // SOCKS4a by address 0.0.0.1 and a host name.
+        let four = try ClientSocket(port: port)
+        try four.send([4, 1, UInt8(echo.port >> 8), UInt8(echo.port & 0xff), 0, 0, 0, 1] + Array("me".utf8) + [0] + Array("127.0.0.1".utf8) + [0])
+        answer = []
+        #expect(try four.receive(count: 8) { answer.append(contentsOf: $0) } == 8)
+        #expect(answer.prefix(2) == [0, 0x5a], "\(answer)")
+        try four.send(Array("four".utf8))
+        back = []
+        #expect(try four.receive(count: 4) { back.append(contentsOf: $0) } == 4 && back == Array("four".utf8))
+
+        // A target nothing listens on: refused by the server, said to the client.
+        let closed = try freeLoopbackPort()
+        let refused = try ClientSocket(port: port)
+        try refused.send([5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, UInt8(closed >> 8), UInt8(closed & 0xff)])
+        answer = []
+        _ = try refused.receive(count: 12) { answer.append(contentsOf: $0) }
+        #expect(answer.count >= 4 && answer[2...3] == [5, 5], "\(answer)")
+
+        // curl, a SOCKS client we did not write, fetches a page from a local HTTP server.
+        let page = world.file("www")
+        try FileManager.default.createDirectory(at: page, withIntermediateDirectories: true)
+        try "through -D\n".write(to: page.appendingPathComponent("index.txt"), atomically: true, encoding: .utf8)
+        let httpPort = try freeLoopbackPort()
+        let http = try ManagedProcess(URL(fileURLWithPath: "/usr/bin/python3"), ["-m", "http.server", "\(httpPort)", "--bind", "127.0.0.1",
+                                                                                 "--directory", page.path])
+        defer { http.terminate() }
+        let httpDeadline = Date(timeIntervalSinceNow: 30)
+        while !loopbackPortAccepts(httpPort) && Date() < httpDeadline { usleep(100_000) }
+        let curl = try run("curl", ["-sS", "--max-time", "30", "--socks5-hostname", "127.0.0.1:\(port)",
+                                    "http://localhost:\(httpPort)/index.txt"], timeout: 60)
+        #expect(curl.status == 0 && curl.stdout == "through -D\n", "\(curl.stderr)")
+    }
 }

@@ -101,6 +101,8 @@ public struct SSHHostConfig: Sendable, Equatable {
     /// `LocalForward` lines (every one that applies), as `-L` specifications
     /// (`[bind_address:]port:host:hostport`).
     public var localForwards: [String] = []
+    /// `DynamicForward` lines, as `-D` specifications (`[bind_address:]port`).
+    public var dynamicForwards: [String] = []
     /// `Compression`.
     public var compression: Bool?
     /// `ClearAllForwardings`: no `-L` or `LocalForward` (what scp and sftp pass).
@@ -440,6 +442,12 @@ private struct Resolution {
         case "ignoreunknown":
             let value = try single()
             if active && ignoreUnknown == nil { ignoreUnknown = value }
+        case "dynamicforward":
+            let value = try single()
+            guard (try? SSHLocalForward(parsingDynamic: value)) != nil else {
+                throw at.error("DynamicForward \(value) is not [bind_address:]port")
+            }
+            if active { config.dynamicForwards.append(value) }
         case "localforward":
             guard arguments.count == 2 else {
                 throw at.error("LocalForward takes [bind_address:]port and host:hostport")

@@ -48,11 +48,17 @@ final class ForwardedConnection<Channel> {
     var failed = false
     var readable = false
     var writable = false
+    /// Where the channel goes: the forward's target, or what a SOCKS client asked for.
+    var target: (host: String, port: Int)
+    /// A dynamic forward's SOCKS handshake, until the client named its target.
+    var socks: SOCKSHandshake?
 
     init(socket: Int32, origin: (host: String, port: Int), listener: SSHForwardListener) {
         self.socket = socket
         self.origin = origin
         self.listener = listener
+        target = (listener.forward.host, listener.forward.hostPort)
+        if listener.forward.isDynamic { socks = SOCKSHandshake() }
     }
 
     var originText: String { origin.host.contains(":") ? "[\(origin.host)]:\(origin.port)" : "\(origin.host):\(origin.port)" }
@@ -80,6 +86,8 @@ final class ChannelPump<Engine: SSHEngine> {
     /// Accepted connections whose channel is not open yet; the first one's open is in flight
     /// (one channel is opened at a time).
     var opening: [ForwardedConnection<Channel>] = []
+    /// Accepted connections of a dynamic forward whose SOCKS client has not named its target yet.
+    var negotiating: [ForwardedConnection<Channel>] = []
     var accepting = true
     private let scratch: UnsafeMutableRawBufferPointer
     /// When the server last sent something, and the engine's mark then.
@@ -142,6 +150,7 @@ final class ChannelPump<Engine: SSHEngine> {
                     }
                 }
             }
+            progress = negotiate() || progress
             for forward in forwards {
                 let (moved, read) = service(forward)
                 progress = progress || moved
@@ -265,6 +274,10 @@ final class ChannelPump<Engine: SSHEngine> {
             polledForwards.append(forward)
             entries.append(pollfd(fd: forward.socket, events: wanted, revents: 0))
         }
+        let negotiatingStart = entries.count
+        for connection in negotiating {
+            entries.append(pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0))
+        }
         let count = poll(&entries, nfds_t(entries.count), timeout)
         let pollError = errno
         let socket = entries[0].revents
@@ -285,6 +298,9 @@ final class ChannelPump<Engine: SSHEngine> {
         for forward in forwards {
             forward.readable = false
             forward.writable = false
+        }
+        for (offset, connection) in negotiating.enumerated() {
+            connection.readable = entries[negotiatingStart + offset].revents != 0
         }
         for (offset, forward) in polledForwards.enumerated() {
             let revents = entries[forwardStart + offset].revents
@@ -445,7 +461,8 @@ final class ChannelPump<Engine: SSHEngine> {
             _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
             var one: Int32 = 1
             _ = setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            opening.append(ForwardedConnection(socket: socket, origin: peerAddress(storage), listener: listener))
+            let connection = ForwardedConnection<Channel>(socket: socket, origin: peerAddress(storage), listener: listener)
+            if connection.socks != nil { negotiating.append(connection) } else { opening.append(connection) }
             accepted = true
         }
         return accepted
@@ -456,22 +473,78 @@ final class ChannelPump<Engine: SSHEngine> {
         case lost(SSHFailure)
     }
 
+    /// Reads what the SOCKS clients of dynamic forwards sent: answers their greeting, queues the
+    /// connections that named their target for a channel, closes the ones refused.
+    private func negotiate() -> Bool {
+        var moved = false
+        var kept: [ForwardedConnection<Channel>] = []
+        func reply(_ connection: ForwardedConnection<Channel>, _ bytes: [UInt8]) {
+            guard !bytes.isEmpty else { return }
+            _ = bytes.withUnsafeBytes { send(connection.socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+        for connection in negotiating {
+            guard connection.readable else {
+                kept.append(connection)
+                continue
+            }
+            connection.readable = false
+            let n = recv(connection.socket, scratch.baseAddress, 4096, 0)
+            guard n > 0 else {
+                if n == 0 || (errno != EAGAIN && errno != EINTR) {
+                    _ = close(connection.socket)
+                    moved = true
+                } else {
+                    kept.append(connection)
+                }
+                continue
+            }
+            moved = true
+            switch connection.socks!.feed(UnsafeRawBufferPointer(rebasing: scratch[0..<n])) {
+            case .needMore(let bytes):
+                reply(connection, bytes)
+                kept.append(connection)
+            case .connect(let host, let port):
+                connection.target = (host, port)
+                connection.socks!.takeRest().withUnsafeBytes { connection.toChannel.append($0) }
+                opening.append(connection)
+            case .refused(let bytes, let reason):
+                reply(connection, bytes)
+                _ = close(connection.socket)
+                connection.listener.onEvent?(.openFailed(origin: connection.originText, reason: reason))
+            }
+        }
+        negotiating = kept
+        return moved
+    }
+
     /// Drives the open of the first waiting connection's channel.
     private func openNext() -> Opened {
         guard let next = opening.first else { return .moved(false) }
-        let forward = next.listener.forward
-        switch engine.openDirect(host: forward.host, port: forward.hostPort, originHost: next.origin.host,
+        switch engine.openDirect(host: next.target.host, port: next.target.port, originHost: next.origin.host,
                                  originPort: next.origin.port) {
         case .again:
             return .moved(false)
         case .opened(let channel):
             opening.removeFirst()
             next.channel = channel
+            // A SOCKS client hears of the success before any data.
+            if let socks = next.socks {
+                let reply = socks.reply(succeeded: true)
+                var data = next.toSocket
+                next.toSocket = PumpBuffer()
+                reply.withUnsafeBytes { next.toSocket.append($0) }
+                _ = data.consume { bytes in next.toSocket.append(bytes); return bytes.count }
+                next.writable = true
+            }
             forwards.append(next)
             next.listener.onEvent?(.opened(origin: next.originText))
             return .moved(true)
         case .refused(let reason):
             opening.removeFirst()
+            if let socks = next.socks {
+                let reply = socks.reply(succeeded: false)
+                _ = reply.withUnsafeBytes { send(next.socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            }
             _ = close(next.socket)
             next.listener.onEvent?(.openFailed(origin: next.originText, reason: reason))
             return .moved(true)
@@ -608,10 +681,11 @@ final class ChannelPump<Engine: SSHEngine> {
     /// The end: the session channel freed, forwarded connections and their channels closed.
     private func cleanUp() {
         if let main { engine.free(main.raw) }
-        for forward in forwards + opening {
+        for forward in forwards + opening + negotiating {
             if let channel = forward.channel { engine.free(channel) }
             _ = close(forward.socket)
         }
+        negotiating = []
         engine.cancelDirectOpen()
         forwards = []
         opening = []

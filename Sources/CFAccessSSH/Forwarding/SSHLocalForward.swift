@@ -25,6 +25,9 @@ public struct SSHLocalForward: Sendable, Equatable, CustomStringConvertible {
     public var host: String
     /// The port the server connects to.
     public var hostPort: Int
+    /// A dynamic forward (OpenSSH's `-D`): each connection names its target itself, as a SOCKS4,
+    /// SOCKS4a or SOCKS5 client (`CONNECT`, no authentication); `host` and `hostPort` are unused.
+    public var isDynamic = false
 
     /// A forward with every part given.
     public init(bindAddress: String? = nil, port: Int, host: String, hostPort: Int) {
@@ -32,6 +35,27 @@ public struct SSHLocalForward: Sendable, Equatable, CustomStringConvertible {
         self.port = port
         self.host = host
         self.hostPort = hostPort
+    }
+
+    /// A dynamic forward (`-D [bind_address:]port`) on `port`.
+    public init(dynamicBindAddress bindAddress: String? = nil, port: Int) {
+        self.init(bindAddress: bindAddress, port: port, host: "", hostPort: 0)
+        isDynamic = true
+    }
+
+    /// Parses OpenSSH's `-D [bind_address:]port` (an IPv6 address in brackets).
+    public init(parsingDynamic specification: String) throws(SSHFailure) {
+        let bad = SSHFailure(.configuration, "Bad dynamic forwarding specification '\(specification)'")
+        var text = Substring(specification)
+        var bind: String?
+        if let colon = text.lastIndex(of: ":") {
+            var address = text[..<colon]
+            if address.hasPrefix("[") && address.hasSuffix("]") { address = address.dropFirst().dropLast() }
+            bind = address.isEmpty ? "*" : String(address)
+            text = text[text.index(after: colon)...]
+        }
+        guard let port = Int(text), (0...65535).contains(port) else { throw bad }
+        self.init(dynamicBindAddress: bind, port: port)
     }
 
     /// Parses OpenSSH's `[bind_address:]port:host:hostport`; IPv6 addresses go in brackets
@@ -65,6 +89,7 @@ public struct SSHLocalForward: Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         func bracket(_ name: String) -> String { name.contains(":") ? "[\(name)]" : name }
         let head = bindAddress.map { "\(bracket($0)):" } ?? ""
+        if isDynamic { return "\(head)\(port)" }
         return "\(head)\(port):\(bracket(host)):\(hostPort)"
     }
 }
