@@ -114,6 +114,10 @@ struct ShellCommand: AsyncParsableCommand {
 
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
+        if session.background && ProcessInfo.processInfo.environment[Background.readyVariable] == nil {
+            // -f: the session runs in a second process of this tool, which says when it is up.
+            throw ExitCode(Background.detach(arguments: Array(CommandLine.arguments.dropFirst())))
+        }
         if account.nullInput {
             // -n: stdin is /dev/null, as in ssh.
             let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
@@ -533,6 +537,9 @@ struct SSHSessionOptions: ParsableArguments {
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
     var tmux: String?
 
+    @Flag(name: .customShort("f"), help: "Go to the background once the session is up (after any question on the terminal), like ssh -f; with a command or -N.")
+    var background = false
+
     @Flag(name: .customShort("s"), help: "The command names a subsystem (e.g. sftp), like ssh -s.")
     var subsystem = false
 
@@ -556,6 +563,9 @@ struct SSHSessionOptions: ParsableArguments {
             guard command.isEmpty, tmux == nil, terminalRequests == 0, !noCommand, localForwards.isEmpty, dynamicForwards.isEmpty else {
                 throw ConfigurationError("-W carries stdin and stdout only: give it without a command, -N, -L, -t or --tmux")
             }
+        }
+        if background && command.isEmpty && !noCommand {
+            throw ConfigurationError("Cannot fork into background without a command to execute (give one, or -N).")
         }
         if let escapeChar, SSHConfigResolver.escapeCharacter(escapeChar) == nil, escapeChar.lowercased() != "none" {
             throw ConfigurationError("-e \(escapeChar): give one character, ^ and a letter, or none")

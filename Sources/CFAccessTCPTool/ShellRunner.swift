@@ -123,6 +123,8 @@ final class ShellRunner {
             say("cf-access-tcp: \(error.message)")
             return error.status.rawValue
         }
+        // -f: up and logged in; the first process may go.
+        Background.ready(environment: environment)
         switch mode {
         case .command(let command):
             return await runCommand(command, tunnel: connection.0, session: connection.1)

@@ -250,4 +250,26 @@ struct ShellParityTests {
                                     "http://localhost:\(httpPort)/index.txt"], timeout: 60)
         #expect(curl.status == 0 && curl.stdout == "through -D\n", "\(curl.stderr)")
     }
+
+    @Test("-f: back to the caller with 0 once the session is up, the forward then served from the background; -f without a command or -N is ssh's refusal")
+    func background() throws {
+        let world = try WebsockifyShellWorld()
+        let echo = try TargetFixture(.echo)
+        let port = try freeLoopbackPort()
+        let marker = "\(port):127.0.0.1:\(echo.port)"
+        let detached = try world.run(.command, ["--accept-new", "-f", "-N", "-L", marker], command: nil)
+        defer { _ = try? run("pkill", ["-f", marker]) }
+        #expect(detached.status == 0, "\(detached.stderr)")
+        #expect(world.sshd.logText.contains("Accepted publickey"), "the session was up before the caller got control back")
+        let client = try ClientSocket(port: port)
+        try client.send(Array("bg".utf8))
+        var back: [UInt8] = []
+        #expect(try client.receive(count: 2) { back.append(contentsOf: $0) } == 2 && back == Array("bg".utf8))
+
+        let refused = try world.run(.command, ["-f"], command: nil)
+        #expect(refused.status == 64 && refused.stderr.contains("Cannot fork into background without a command to execute"), "\(refused.stderr)")
+        let failing = try world.run(.command, ["-f", "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=yes",
+                                               "-o", "GlobalKnownHostsFile=none", "--known-hosts", world.file("empty").path])
+        #expect(failing.status == 77, "a failure before the session is up is the caller's status: \(failing.stderr)")
+    }
 }
