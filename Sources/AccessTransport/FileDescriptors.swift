@@ -97,7 +97,7 @@ package enum FileDescriptors {
         var socket = true
         while offset < bytes.count {
             let start = bytes.baseAddress! + offset, left = bytes.count - offset
-            let n = socket ? Glibc.send(fd, start, left, Int32(MSG_NOSIGNAL)) : Glibc.write(fd, start, left)
+            let n = socket ? Glibc.send(fd, start, left, SocketFlags.noSignal) : Glibc.write(fd, start, left)
             if n > 0 {
                 offset += n
                 continue

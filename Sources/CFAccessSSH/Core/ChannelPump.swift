@@ -460,7 +460,7 @@ final class ChannelPump<Engine: SSHEngine> {
             _ = fcntl(socket, F_SETFD, FD_CLOEXEC)
             _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
             var one: Int32 = 1
-            _ = setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            _ = setsockopt(socket, SocketFlags.tcpLevel, SocketFlags.noDelay, &one, socklen_t(MemoryLayout<Int32>.size))
             let connection = ForwardedConnection<Channel>(socket: socket, origin: peerAddress(storage), listener: listener)
             if connection.socks != nil { negotiating.append(connection) } else { opening.append(connection) }
             accepted = true
@@ -480,7 +480,7 @@ final class ChannelPump<Engine: SSHEngine> {
         var kept: [ForwardedConnection<Channel>] = []
         func reply(_ connection: ForwardedConnection<Channel>, _ bytes: [UInt8]) {
             guard !bytes.isEmpty else { return }
-            _ = bytes.withUnsafeBytes { send(connection.socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            _ = bytes.withUnsafeBytes { send(connection.socket, $0.baseAddress, $0.count, SocketFlags.noSignal) }
         }
         for connection in negotiating {
             guard connection.readable else {
@@ -543,7 +543,7 @@ final class ChannelPump<Engine: SSHEngine> {
             opening.removeFirst()
             if let socks = next.socks {
                 let reply = socks.reply(succeeded: false)
-                _ = reply.withUnsafeBytes { send(next.socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                _ = reply.withUnsafeBytes { send(next.socket, $0.baseAddress, $0.count, SocketFlags.noSignal) }
             }
             _ = close(next.socket)
             next.listener.onEvent?(.openFailed(origin: next.originText, reason: reason))
@@ -609,7 +609,7 @@ final class ChannelPump<Engine: SSHEngine> {
             switch engine.read(channel, stream: 0, into: scratch) {
             case .bytes(let n):
                 progress = true
-                let sent = send(forward.socket, scratch.baseAddress, n, Int32(MSG_NOSIGNAL))
+                let sent = send(forward.socket, scratch.baseAddress, n, SocketFlags.noSignal)
                 if sent < 0 && errno != EAGAIN && errno != EINTR {
                     forward.failed = true
                     return (true, true)
@@ -634,7 +634,7 @@ final class ChannelPump<Engine: SSHEngine> {
             break
         }
         if forward.remoteEOF && forward.toSocket.isEmpty && !forward.shutDown {
-            _ = shutdown(forward.socket, Int32(SHUT_WR))
+            _ = shutdown(forward.socket, SocketFlags.shutWrite)
             forward.shutDown = true
             progress = true
         }
@@ -646,7 +646,7 @@ final class ChannelPump<Engine: SSHEngine> {
         while !forward.toSocket.isEmpty {
             var failed = false
             let taken = forward.toSocket.consume { bytes in
-                let n = send(forward.socket, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+                let n = send(forward.socket, bytes.baseAddress, bytes.count, SocketFlags.noSignal)
                 if n < 0 && errno != EAGAIN && errno != EINTR { failed = true }
                 return max(0, n)
             }

@@ -272,7 +272,7 @@ extension SSHEngine {
     /// Sends what is still queued, shuts our writing side down and reads (discarding) until
     /// the peer closes or `deadline`.
     func drainAfterShutdown(until deadline: Date) {
-        _ = shutdown(fd, Int32(SHUT_WR))
+        _ = shutdown(fd, SocketFlags.shutWrite)
         var scratch = [UInt8](repeating: 0, count: 4096)
         while true {
             let left = deadline.timeIntervalSinceNow
@@ -294,7 +294,7 @@ extension SSHEngine {
         var scanner = IdentificationScanner()
         var peeked = [UInt8](repeating: 0, count: IdentificationScanner.maxLineLength + 1)
         while true {
-            let n = peeked.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_PEEK)) }
+            let n = peeked.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, SocketFlags.peek) }
             if n == 0 {
                 throw SSHFailure(.connectionLost, "Connection lost: the SSH connection closed before the server identified itself")
             }
