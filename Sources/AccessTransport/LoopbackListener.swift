@@ -141,7 +141,7 @@ package final class LoopbackListener: @unchecked Sendable {
                 }
                 _ = fcntl(client, F_SETFD, FD_CLOEXEC)
                 var one: Int32 = 1
-                _ = setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+                _ = setsockopt(client, SocketFlags.tcpLevel, SocketFlags.noDelay, &one, socklen_t(MemoryLayout<Int32>.size))
                 onAccept(client)
             }
             stopped.signal()
@@ -157,7 +157,7 @@ package final class LoopbackListener: @unchecked Sendable {
             // connection being accepted now is handed on before this returns.
             if accepting.withLock({ $0 }) { stopped.wait() }
         } else {
-            _ = shutdown(fd, Int32(SHUT_RDWR))
+            _ = shutdown(fd, SocketFlags.shutBoth)
         }
         Glibc.close(fd)
     }

@@ -13,6 +13,8 @@ package enum SocketFlags {
     package static let peek = Int32(MSG_PEEK)
     /// `SHUT_WR`: ends the writing side.
     package static let shutWrite = Int32(SHUT_WR)
+    /// `SHUT_RDWR`: ends both sides.
+    package static let shutBoth = Int32(SHUT_RDWR)
     /// `IPPROTO_TCP`, the level of `TCP_NODELAY`.
     package static let tcpLevel = Int32(IPPROTO_TCP)
     /// `TCP_NODELAY`.

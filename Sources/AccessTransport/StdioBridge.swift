@@ -29,7 +29,7 @@ package enum StdioBridge {
                 if n <= 0 { break }
                 if buffer.withUnsafeBytes({ FileDescriptors.write(all: UnsafeRawBufferPointer(rebasing: $0[..<n]), to: socket) }) != nil { break }
             }
-            _ = shutdown(socket, Int32(SHUT_WR))
+            _ = shutdown(socket, SocketFlags.shutWrite)
         }
         let outbound: @Sendable () -> Void = {
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
@@ -40,7 +40,7 @@ package enum StdioBridge {
                 if n <= 0 { break }
                 if let failure = buffer.withUnsafeBytes({ FileDescriptors.write(all: UnsafeRawBufferPointer(rebasing: $0[..<n]), to: output) }) {
                     outcome = .outputFailed(failure)
-                    _ = shutdown(socket, Int32(SHUT_RDWR))
+                    _ = shutdown(socket, SocketFlags.shutBoth)
                     break
                 }
             }

@@ -85,4 +85,32 @@ struct ShellPlanTests {
             try ShellPlan.remoteCommand(commandLine: ["true"], configured: "tmux attach")
         }
     }
+
+    @Test("-W host:port and -J [user@]host[:port] read as ssh reads them; a list of jumps and bad values refused")
+    func destinations() throws {
+        #expect(try ShellPlan.stdioForward("intranet:22") == ("intranet", 22))
+        #expect(try ShellPlan.stdioForward("[2001:db8::1]:443") == ("2001:db8::1", 443))
+        for bad in ["intranet", ":22", "intranet:0", "intranet:x", "a b:22"] {
+            #expect(throws: ConfigurationError.self, "\(bad)") { try ShellPlan.stdioForward(bad) }
+        }
+        let full = try ShellPlan.jump("me@jump.example.com:2222")
+        #expect(full.user == "me" && full.host == "jump.example.com" && full.port == 2222)
+        let bare = try ShellPlan.jump("jump.example.com")
+        #expect(bare.user == nil && bare.host == "jump.example.com" && bare.port == nil)
+        for bad in ["a@h1,b@h2", "@host", "me@", "host:70000", "host/x"] {
+            #expect(throws: ConfigurationError.self, "\(bad)") { try ShellPlan.jump(bad) }
+        }
+    }
+
+    @Test("progress lines only for an interactive session on a terminal; a subsystem, -W and -N are modes of their own")
+    func progressAndModes() throws {
+        #expect(ShellPlan.showsProgress(.terminal(command: nil), stdinIsTerminal: true))
+        #expect(!ShellPlan.showsProgress(.terminal(command: nil), stdinIsTerminal: false))
+        #expect(!ShellPlan.showsProgress(.command("ls"), stdinIsTerminal: true))
+        #expect(!ShellPlan.showsProgress(.forwardsOnly, stdinIsTerminal: true))
+        #expect(try ShellPlan.mode(noCommand: false, terminal: false, command: "sftp", tmux: nil, subsystem: true) == .subsystem("sftp"))
+        #expect(throws: ConfigurationError.self) { try ShellPlan.mode(noCommand: false, terminal: false, command: nil, tmux: nil, subsystem: true) }
+        #expect(try ShellPlan.mode(noCommand: false, terminal: true, command: nil, tmux: nil, stdioForward: ("h", 22)) == .stdioForward(host: "h", port: 22))
+        #expect(try ShellPlan.remoteCommand(commandLine: [], configured: "") == nil, "RemoteCommand none")
+    }
 }
