@@ -91,6 +91,12 @@ final class TerminalPrompts: SSHHostKeyPrompt, SSHAuthenticationPrompts {
 
     func show(_ notice: SSHAuthenticationNotice) async {
         switch notice {
+        case .banner(let text):
+            // As ssh: on stderr, not with -q (or LogLevel QUIET/ERROR).
+            guard !quiet else { return }
+            var lines = text
+            while lines.hasSuffix("\n") || lines.hasSuffix("\r") { lines.removeLast() }
+            writeStderr(lines)
         case .noOneToAskForPassword:
             writeStderr("cf-access-tcp: no terminal to ask for a password (the password is never read from stdin)")
         case .passwordNotSavable(let reason):

@@ -272,4 +272,33 @@ struct ShellParityTests {
                                                "-o", "GlobalKnownHostsFile=none", "--known-hosts", world.file("empty").path])
         #expect(failing.status == 77, "a failure before the session is up is the caller's status: \(failing.stderr)")
     }
+
+    @Test("the pre-login banner (legal notices) is shown on stderr, visible-safe, before the login; not with -q; a terminal session on libssh2 1.10 cannot show it (its library drops it)")
+    func banner() throws {
+        let directory = try makeTempDir("cfat-banner")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("banner")
+        try "Authorized use only.\nSecond line \u{1b}[2Jcleared\n".write(to: file, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file.path)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
+        let sshd = try SSHDFixture(extraConfig: "Banner \(file.path)\n")
+        let websockify = try WebsockifyFixture(target: "127.0.0.1:\(sshd.port)")
+        let home = try makeTempDir("cfat-banner-home")
+        defer { try? FileManager.default.removeItem(at: home) }
+        func run(_ extra: [String]) throws -> (status: Int32, stderr: String) {
+            let arguments = ["shell", "\(sshd.keyUser)@\(testHost)", "--connect-to", "127.0.0.1:\(websockify.port)",
+                             "--ca-file", try certs().caFile.path, "--token-dir", home.appendingPathComponent("t").path,
+                             "-i", sshd.clientKeyPath.path, "--known-hosts", home.appendingPathComponent("kh").path,
+                             "-o", "GlobalKnownHostsFile=none", "--accept-new"] + extra + ["--", "true"]
+            let process = try ManagedProcess(try TestPaths.binary("cf-access-tcp"), arguments, environment: ["HOME": home.path],
+                                             removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: .none)
+            return (try process.waitForExit(timeout: 90), process.stderrText)
+        }
+        let shown = try run([])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(shown.stderr.contains("Authorized use only.\nSecond line \\033[2Jcleared"), "\(shown.stderr)")
+        #expect(!shown.stderr.contains("\u{1b}"), "no raw escape reaches the terminal")
+        let quiet = try run(["-q"])
+        #expect(quiet.status == 0 && !quiet.stderr.contains("Authorized use only"), "\(quiet.stderr)")
+    }
 }

@@ -47,6 +47,9 @@ public protocol SSHAuthenticationPrompts: Sendable {
 /// Something the authentication tells the person on the way, in ``message``.
 public enum SSHAuthenticationNotice: Sendable, Equatable {
     /// The passphrase did not decrypt the key at the path.
+    /// The server's pre-login banner (visible-safe), shown as it came, as ssh shows it.
+    case banner(String)
+    /// A wrong passphrase (or a key that cannot be read with it).
     case badPassphrase(keyPath: String)
     /// The key file at the path could not be read or is not a key this client reads.
     case unreadableKey(keyPath: String)
@@ -74,6 +77,7 @@ public enum SSHAuthenticationNotice: Sendable, Equatable {
     /// The notice as one plain line (OpenSSH's words where it has some).
     public var message: String {
         switch self {
+        case .banner(let text): return text
         case .badPassphrase(let path): return "Bad passphrase for key '\(path)'"
         case .unreadableKey(let path): return "Load key \"\(path)\": invalid or unsupported format"
         case .keyboardInteractiveRefused: return "Authentication failed"

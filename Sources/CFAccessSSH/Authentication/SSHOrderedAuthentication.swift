@@ -135,6 +135,11 @@ public final class SSHOrderedAuthentication: SSHUserAuthenticationDelegate {
         return order.publicKeys(agentKeys: agentKeys).map { SSHPublicKeyBlob.algorithm($0) }
     }
 
+    /// The banner goes to the prompts, as a notice.
+    public func showBanner(_ text: String) async {
+        await prompts.show(.banner(text))
+    }
+
     /// The next offer in OpenSSH's order, asking the prompts and the password store on the way.
     public func nextAuthenticationOffer(availableMethods: SSHAuthenticationMethods,
                                         lastFailure: SSHFailure?) async throws(SSHFailure) -> SSHAuthenticationOffer? {

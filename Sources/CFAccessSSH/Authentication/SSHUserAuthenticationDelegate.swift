@@ -30,6 +30,11 @@ public protocol SSHUserAuthenticationDelegate: Sendable {
     /// Called once the server accepted `offer` (to remember it for a reconnect, or to offer to
     /// save a password). The default does nothing.
     func authenticationSucceeded(with offer: SSHAuthenticationOffer) async
+
+    /// The server's pre-login banner (`SSH_MSG_USERAUTH_BANNER`: legal notices), made
+    /// visible-safe, before the first offer. Shown where the session's library passes it on
+    /// (libssh; libssh2 1.10 has no way to). The default does nothing.
+    func showBanner(_ text: String) async
 }
 
 extension SSHUserAuthenticationDelegate {
@@ -38,6 +43,9 @@ extension SSHUserAuthenticationDelegate {
 
     /// Does nothing.
     public func authenticationSucceeded(with offer: SSHAuthenticationOffer) async {}
+
+    /// Does nothing.
+    public func showBanner(_ text: String) async {}
 }
 
 /// The authentication methods a server accepts (its `SSH_MSG_USERAUTH_FAILURE` list), as a set of

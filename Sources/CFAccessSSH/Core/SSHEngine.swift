@@ -64,6 +64,9 @@ protocol SSHEngine: AnyObject, Sendable {
 
     /// The `none` method: nil when it let `user` in, else the methods the server accepts.
     func noneMethod(user: String) throws(SSHFailure) -> SSHAuthenticationMethods?
+    /// The server's pre-login banner (visible-safe), once the `none` method ran; nil when it sent
+    /// none or the library does not pass it on.
+    func issueBanner() -> String?
     /// A password; throws ``SSHFailure/Kind/authenticationFailed`` when refused.
     func offerPassword(user: String, password: String) throws(SSHFailure)
     /// Whether the server would accept the public key `blob` (a query without a signature, as

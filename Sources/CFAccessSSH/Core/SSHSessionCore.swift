@@ -121,6 +121,9 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
     func authenticate(user: String, delegate: any SSHUserAuthenticationDelegate) async throws(SSHFailure) -> SSHAuthenticationOffer? {
         do {
             let methods = try await authenticationMethods(user: user)
+            if let banner = (try? await onThread({ core in core.engine.issueBanner() })) ?? nil {
+                await delegate.showBanner(banner)
+            }
             if methods.isEmpty, await isAuthenticated { return nil }
             return try await AuthenticationLoop.run(availableMethods: methods, delegate: delegate) { offer throws(SSHFailure) in
                 try await authenticate(user: user, offer: offer, answering: { round in await delegate.respond(to: round) })

@@ -212,6 +212,13 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         return methods
     }
 
+    func issueBanner() -> String? {
+        guard let banner = ssh_get_issue_banner(raw) else { return nil }
+        defer { ssh_string_free_char(banner) }
+        let text = ServerText.visible(String(cString: banner), newlines: true)
+        return text.isEmpty ? nil : text
+    }
+
     /// Turns the result of a user-authentication call into success or a failure.
     private func judge(_ rc: Int32, _ what: String) throws(SSHFailure) {
         switch rc {

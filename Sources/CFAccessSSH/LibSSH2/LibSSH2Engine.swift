@@ -203,6 +203,9 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
         return SSHAuthenticationMethods(names: String(cString: list).split(separator: ","))
     }
 
+    /// libssh2 1.10 reads the banner and drops it (libssh2_userauth_banner came in 1.11).
+    func issueBanner() -> String? { nil }
+
     func offerPassword(user: String, password: String) throws(SSHFailure) {
         let rc = try retry("authenticating", until: deadline()) {
             libssh2_userauth_password_ex(raw, user, UInt32(user.utf8.count), password, UInt32(password.utf8.count), nil)
