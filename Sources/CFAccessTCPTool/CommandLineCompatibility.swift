@@ -8,6 +8,8 @@ enum CommandLineCompatibility {
     /// is returned unchanged.
     static func rewrite(_ arguments: [String]) -> [String] {
         if arguments.first == "shell" {
+            ShellCommand.probing = true
+            defer { ShellCommand.probing = false }
             return ["shell"] + shellArguments(Array(arguments.dropFirst())) { option in
                 // Whether the option takes a value, asked of the shell command's own parser: an
                 // option alone fails and with a value parses (a flag parses alone).

@@ -98,6 +98,10 @@ struct ShellCommand: AsyncParsableCommand {
     /// The default connect timeout in seconds (`--timeout`, `ConnectTimeout`).
     static let defaultTimeout = 15
 
+    /// Set while CommandLineCompatibility probes which options take a value (by parsing): the
+    /// checks then fail silently, so the one line is written once, by the real parse.
+    nonisolated(unsafe) static var probing = false
+
     /// The flags' own checks, before anything is read: a contradiction or a value out of range is
     /// one line and the usage status.
     func validate() throws {
@@ -108,12 +112,18 @@ struct ShellCommand: AsyncParsableCommand {
                 throw ConfigurationError("--server-alive-interval must be between 0 (off) and 3600 seconds")
             }
         } catch {
+            if Self.probing { throw ExitCode.validationFailure }
             throw usageFailure(error.message)
         }
     }
 
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
+        do {
+            try session.refuseUnsupported()
+        } catch {
+            throw usageFailure(error.message)
+        }
         if session.background && ProcessInfo.processInfo.environment[Background.readyVariable] == nil {
             // -f: the session runs in a second process of this tool, which says when it is up.
             throw ExitCode(Background.detach(arguments: Array(CommandLine.arguments.dropFirst())))
@@ -540,6 +550,15 @@ struct SSHSessionOptions: ParsableArguments {
     @Flag(name: .customShort("f"), help: "Go to the background once the session is up (after any question on the terminal), like ssh -f; with a command or -N.")
     var background = false
 
+    @Flag(name: .customShort("A"), help: "Agent forwarding, ssh's -A: not supported yet (refused, not ignored).")
+    var forwardAgent = false
+
+    @Option(name: .customShort("R", allowingJoined: true), help: "Remote forwarding, ssh's -R: not supported yet (refused, not ignored).")
+    var remoteForwards: [String] = []
+
+    @Flag(name: [.customShort("X"), .customShort("Y")], help: "X11 forwarding, ssh's -X and -Y: not supported (refused, not ignored).")
+    var forwardX11 = false
+
     @Flag(name: .customShort("s"), help: "The command names a subsystem (e.g. sftp), like ssh -s.")
     var subsystem = false
 
@@ -586,6 +605,20 @@ struct SSHSessionOptions: ParsableArguments {
             guard command.isEmpty, tmux == nil, terminalRequests == 0 else {
                 throw ConfigurationError("-N runs no command: give -N without a command, --tmux or -t")
             }
+        }
+    }
+
+    /// ssh's letters this client does not do: refused in one line, never ignored. (Not in
+    /// `check`: `-R` takes a value, which CommandLineCompatibility finds by parsing `-R 1`.)
+    func refuseUnsupported() throws(ConfigurationError) {
+        if forwardAgent {
+            throw ConfigurationError("-A (agent forwarding) is not supported yet; use ssh with ProxyCommand for it")
+        }
+        if !remoteForwards.isEmpty {
+            throw ConfigurationError("-R (remote forwarding) is not supported yet; use ssh with ProxyCommand for it")
+        }
+        if forwardX11 {
+            throw ConfigurationError("-X and -Y (X11 forwarding) are not supported; use ssh with ProxyCommand for it")
         }
     }
 
