@@ -220,18 +220,27 @@ final class ShellRunner {
 
     /// A command (or, for nil, the login shell) without a pseudo-terminal.
     private func runCommand(_ command: String?, subsystem: String? = nil, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
-        let end: SSHChannelEnd
-        do {
+        await conclude(tunnel: tunnel, session: session) { () async throws(SSHFailure) -> SSHChannelEnd in
             if let subsystem {
-                end = try await session.subsystem(subsystem, standardInput: .standardInput, standardOutput: .standardOutput,
-                                                  standardError: .standardError, environment: sentEnvironment)
-            } else if let command {
-                end = try await session.exec(command, standardInput: .standardInput, standardOutput: .standardOutput,
-                                             standardError: .standardError, environment: sentEnvironment)
-            } else {
-                end = try await session.shell(standardInput: .standardInput, standardOutput: .standardOutput,
+                return try await session.subsystem(subsystem, standardInput: .standardInput, standardOutput: .standardOutput,
+                                                   standardError: .standardError, environment: sentEnvironment)
+            }
+            if let command {
+                return try await session.exec(command, standardInput: .standardInput, standardOutput: .standardOutput,
                                               standardError: .standardError, environment: sentEnvironment)
             }
+            return try await session.shell(standardInput: .standardInput, standardOutput: .standardOutput,
+                                           standardError: .standardError, environment: sentEnvironment)
+        }
+    }
+
+    /// Runs `work` (a channel, to its end), then ends the connection; the exit status of the
+    /// channel's end, or of the failure to start it (said in one line).
+    private func conclude(tunnel: AccessTunnel, session: SSHSession,
+                          _ work: () async throws(SSHFailure) -> SSHChannelEnd) async -> Int32 {
+        let end: SSHChannelEnd
+        do {
+            end = try await work()
         } catch {
             await finish(tunnel, session)
             say("cf-access-tcp: \(error.message)")
@@ -263,17 +272,10 @@ final class ShellRunner {
     /// `-W host:port`: stdin to a `direct-tcpip` channel, the channel to stdout, until either
     /// side ends; no reconnect (a connection carried for another program cannot be resumed).
     private func runStdioForward(host: String, port: Int, tunnel: AccessTunnel, session: SSHSession) async -> Int32 {
-        let end: SSHChannelEnd
-        do {
+        await conclude(tunnel: tunnel, session: session) { () async throws(SSHFailure) -> SSHChannelEnd in
             let channel = try await session.openDirectTCPIP(host: host, port: port)
-            end = await channel.run(input: .standardInput, output: .standardOutput)
-        } catch {
-            await finish(tunnel, session)
-            say("cf-access-tcp: \(error.message)")
-            return ExitStatus(error).rawValue
+            return await channel.run(input: .standardInput, output: .standardOutput)
         }
-        await finish(tunnel, session)
-        return status(of: end)
     }
 
     /// `-N`: the forwards alone, until the connection is lost for good (reconnecting as an
