@@ -81,20 +81,19 @@ package enum FileDescriptors {
         writeAll(fd, Array(text.utf8))
     }
 
-    /// Writes all of `bytes` to `fd`, as `writeAll(_:_:)` for text.
+    /// Writes all of `bytes` to `fd` (a `socket`: without SIGPIPE), as `writeAll(_:_:)` for text.
     @discardableResult
-    package static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        bytes.withUnsafeBytes { write(all: $0, to: fd) } == nil
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], socket: Bool = false) -> Bool {
+        bytes.withUnsafeBytes { write(all: $0, to: fd, socket: socket) } == nil
     }
 
     /// The one way bytes are written out whole: again after a short write or EINTR, waiting
-    /// (poll) while a non-blocking descriptor is full. A socket is written with `MSG_NOSIGNAL`,
-    /// so a closed peer is an error (EPIPE), never SIGPIPE; other descriptors with `write`.
-    /// Returns nil when every byte was written, else the errno of the failure (EIO for a write
-    /// that took nothing).
-    package static func write(all bytes: UnsafeRawBufferPointer, to fd: Int32) -> Int32? {
+    /// (poll) while a non-blocking descriptor is full. A `socket` is written with `send` and
+    /// `MSG_NOSIGNAL`, so a closed peer is an error (EPIPE), never SIGPIPE; other descriptors
+    /// with `write`. Returns nil when every byte was written, else the errno of the failure (EIO
+    /// for a write that took nothing).
+    package static func write(all bytes: UnsafeRawBufferPointer, to fd: Int32, socket: Bool = false) -> Int32? {
         var offset = 0
-        var socket = true
         while offset < bytes.count {
             let start = bytes.baseAddress! + offset, left = bytes.count - offset
             let n = socket ? Glibc.send(fd, start, left, SocketFlags.noSignal) : Glibc.write(fd, start, left)
@@ -104,9 +103,6 @@ package enum FileDescriptors {
             }
             if n < 0 {
                 switch errno {
-                case ENOTSOCK where socket:
-                    socket = false
-                    continue
                 case EINTR:
                     continue
                 case EAGAIN, EWOULDBLOCK:

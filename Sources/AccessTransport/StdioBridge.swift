@@ -27,7 +27,7 @@ package enum StdioBridge {
                 let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { break }
-                if buffer.withUnsafeBytes({ FileDescriptors.write(all: UnsafeRawBufferPointer(rebasing: $0[..<n]), to: socket) }) != nil { break }
+                if buffer.withUnsafeBytes({ FileDescriptors.write(all: UnsafeRawBufferPointer(rebasing: $0[..<n]), to: socket, socket: true) }) != nil { break }
             }
             _ = shutdown(socket, SocketFlags.shutWrite)
         }

@@ -173,19 +173,8 @@ struct ShellCommand: AsyncParsableCommand {
                 throw ConfigurationError("ServerAliveInterval \(serverAliveInterval) in ssh_config: the interval must be between 0 (off) and 3600 seconds")
             }
             // ClearAllForwardings (what scp and sftp pass): no forward at all.
-            forwards = host.clearAllForwardings == true ? [] : try session.forwards() + host.localForwards.map { spec throws(ConfigurationError) in
-                do {
-                    return try SSHLocalForward(parsing: spec)
-                } catch {
-                    throw ConfigurationError("LocalForward \(spec) in ssh_config: expected [bind_address:]port host:hostport")
-                }
-            } + host.dynamicForwards.map { spec throws(ConfigurationError) in
-                do {
-                    return try SSHLocalForward(parsingDynamic: spec)
-                } catch {
-                    throw ConfigurationError("DynamicForward \(spec) in ssh_config: expected [bind_address:]port")
-                }
-            }
+            // (ssh_config's forwards were read, and checked, with the file.)
+            forwards = host.clearAllForwardings == true ? [] : try session.forwards() + host.localForwards + host.dynamicForwards
             for key in account.identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
             }

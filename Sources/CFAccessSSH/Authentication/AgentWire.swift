@@ -67,7 +67,7 @@ enum AgentWire {
     /// Writes one message body with its length.
     static func writeMessage(_ fd: Int32, _ body: [UInt8]) -> Bool {
         let count = UInt32(body.count)
-        return FileDescriptors.writeAll(fd, [UInt8(count >> 24), UInt8(count >> 16 & 0xff), UInt8(count >> 8 & 0xff), UInt8(count & 0xff)] + body)
+        return FileDescriptors.writeAll(fd, [UInt8(count >> 24), UInt8(count >> 16 & 0xff), UInt8(count >> 8 & 0xff), UInt8(count & 0xff)] + body, socket: true)
     }
 
     /// The identities of an identities answer (`body` starts with its type), or nil if malformed.

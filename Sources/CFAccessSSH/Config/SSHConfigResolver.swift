@@ -98,11 +98,10 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var hostKeyAlias: String?
     /// `EscapeChar`: the escape character, or `none` (nil: not set).
     public var escapeChar: String?
-    /// `LocalForward` lines (every one that applies), as `-L` specifications
-    /// (`[bind_address:]port:host:hostport`).
-    public var localForwards: [String] = []
-    /// `DynamicForward` lines, as `-D` specifications (`[bind_address:]port`).
-    public var dynamicForwards: [String] = []
+    /// `LocalForward` lines (every one that applies), read as `-L` reads its value.
+    public var localForwards: [SSHLocalForward] = []
+    /// `DynamicForward` lines (every one that applies), read as `-D` reads its value.
+    public var dynamicForwards: [SSHLocalForward] = []
     /// `Compression`.
     public var compression: Bool?
     /// `ClearAllForwardings`: no `-L` or `LocalForward` (what scp and sftp pass).
@@ -444,19 +443,18 @@ private struct Resolution {
             if active && ignoreUnknown == nil { ignoreUnknown = value }
         case "dynamicforward":
             let value = try single()
-            guard (try? SSHLocalForward(parsingDynamic: value)) != nil else {
+            guard let forward = try? SSHLocalForward(parsingDynamic: value) else {
                 throw at.error("DynamicForward \(value) is not [bind_address:]port")
             }
-            if active { config.dynamicForwards.append(value) }
+            if active { config.dynamicForwards.append(forward) }
         case "localforward":
             guard arguments.count == 2 else {
                 throw at.error("LocalForward takes [bind_address:]port and host:hostport")
             }
-            let specification = arguments[0] + ":" + arguments[1]
-            guard (try? SSHLocalForward(parsing: specification)) != nil else {
+            guard let forward = try? SSHLocalForward(parsing: arguments[0] + ":" + arguments[1]) else {
                 throw at.error("LocalForward \(arguments.joined(separator: " ")) is not [bind_address:]port host:hostport")
             }
-            if active { config.localForwards.append(specification) }
+            if active { config.localForwards.append(forward) }
         case "compression":
             let value = try Self.flag(try single(), keyword: line.keyword, at: at)
             if active && config.compression == nil { config.compression = value }

@@ -478,10 +478,6 @@ final class ChannelPump<Engine: SSHEngine> {
     private func negotiate() -> Bool {
         var moved = false
         var kept: [ForwardedConnection<Channel>] = []
-        func reply(_ connection: ForwardedConnection<Channel>, _ bytes: [UInt8]) {
-            guard !bytes.isEmpty else { return }
-            _ = bytes.withUnsafeBytes { send(connection.socket, $0.baseAddress, $0.count, SocketFlags.noSignal) }
-        }
         for connection in negotiating {
             guard connection.readable else {
                 kept.append(connection)
@@ -501,20 +497,26 @@ final class ChannelPump<Engine: SSHEngine> {
             moved = true
             switch connection.socks!.feed(UnsafeRawBufferPointer(rebasing: scratch[0..<n])) {
             case .needMore(let bytes):
-                reply(connection, bytes)
+                sendNow(connection.socket, bytes)
                 kept.append(connection)
             case .connect(let host, let port):
                 connection.target = (host, port)
                 connection.socks!.takeRest().withUnsafeBytes { connection.toChannel.append($0) }
                 opening.append(connection)
             case .refused(let bytes, let reason):
-                reply(connection, bytes)
+                sendNow(connection.socket, bytes)
                 _ = close(connection.socket)
                 connection.listener.onEvent?(.openFailed(origin: connection.originText, reason: reason))
             }
         }
         negotiating = kept
         return moved
+    }
+
+    /// A short SOCKS answer, sent at once (a fresh local socket takes a few bytes).
+    private func sendNow(_ socket: Int32, _ bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        _ = bytes.withUnsafeBytes { send(socket, $0.baseAddress, $0.count, SocketFlags.noSignal) }
     }
 
     /// Drives the open of the first waiting connection's channel.
@@ -528,12 +530,9 @@ final class ChannelPump<Engine: SSHEngine> {
             opening.removeFirst()
             next.channel = channel
             // A SOCKS client hears of the success before any data.
+            // (Nothing was read from the channel yet: the reply is the first thing to send.)
             if let socks = next.socks {
-                let reply = socks.reply(succeeded: true)
-                var data = next.toSocket
-                next.toSocket = PumpBuffer()
-                reply.withUnsafeBytes { next.toSocket.append($0) }
-                _ = data.consume { bytes in next.toSocket.append(bytes); return bytes.count }
+                socks.reply(succeeded: true).withUnsafeBytes { next.toSocket.append($0) }
                 next.writable = true
             }
             forwards.append(next)
@@ -541,10 +540,7 @@ final class ChannelPump<Engine: SSHEngine> {
             return .moved(true)
         case .refused(let reason):
             opening.removeFirst()
-            if let socks = next.socks {
-                let reply = socks.reply(succeeded: false)
-                _ = reply.withUnsafeBytes { send(next.socket, $0.baseAddress, $0.count, SocketFlags.noSignal) }
-            }
+            if let socks = next.socks { sendNow(next.socket, socks.reply(succeeded: false)) }
             _ = close(next.socket)
             next.listener.onEvent?(.openFailed(origin: next.originText, reason: reason))
             return .moved(true)

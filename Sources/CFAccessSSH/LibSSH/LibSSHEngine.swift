@@ -479,10 +479,12 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
 
     func keepalive(every interval: TimeInterval) -> (SSHFailure?, TimeInterval) {
         let now = Date()
-        guard let last = lastKeepalive, now.timeIntervalSince(last) >= interval else {
-            if lastKeepalive == nil { lastKeepalive = now }
-            return (nil, interval - now.timeIntervalSince(lastKeepalive!))
+        guard let last = lastKeepalive else {
+            lastKeepalive = now
+            return (nil, interval)
         }
+        let since = now.timeIntervalSince(last)
+        guard since >= interval else { return (nil, interval - since) }
         // libssh keeps one such request at a time: a call while the last reply is unread only
         // reads it, so a second call sends the next request.
         _ = ssh_send_keepalive(raw)
