@@ -24,6 +24,9 @@ SSH mode (`ssh`, paramiko) options:
                          carrying --disconnect-text
   --exec-signal NAME     a command prints `ran` and is then killed by signal NAME (escapes allowed);
                          otherwise it prints `ran` and exits 0
+  --open-inbound         before answering the command, opens channels the client never asked for:
+                         `auth-agent@openssh.com` (its agent) and `forwarded-tcpip` (a remote
+                         forward nobody requested), logging `inbound KIND opened|refused|unanswered`
 """
 
 import argparse
@@ -160,6 +163,17 @@ def serve_ssh(conn, args):
         return
     server.exec_event.wait(30)
     log("exec %s" % server.command)
+    if args.open_inbound:
+        for kind, dest, src in (("auth-agent@openssh.com", None, None),
+                                ("forwarded-tcpip", ("127.0.0.1", 22), ("203.0.113.9", 4444))):
+            try:
+                extra = transport.open_channel(kind, dest_addr=dest, src_addr=src, timeout=3)
+                log("inbound %s opened" % kind)
+                extra.close()
+            except paramiko.ChannelException:
+                log("inbound %s refused" % kind)
+            except paramiko.SSHException:
+                log("inbound %s unanswered" % kind)
     channel.sendall(b"ran\n")
     time.sleep(0.2)
     if args.exec_signal is not None:
@@ -207,6 +221,7 @@ def main():
     parser.add_argument("--methods", default="")
     parser.add_argument("--disconnect-text", default="bye")
     parser.add_argument("--exec-signal", default=None)
+    parser.add_argument("--open-inbound", action="store_true")
     args = parser.parse_args()
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

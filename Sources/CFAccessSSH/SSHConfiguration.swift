@@ -22,6 +22,13 @@ extension SSHSession {
         /// Whether the session asks for zlib compression (ssh's `-C`, `Compression yes`); the
         /// server decides. False by default.
         public var compression = false
+        /// Agent forwarding (ssh's `-A`, `ForwardAgent`): the ssh-agent socket that the server's
+        /// agent requests are carried to (the value of `SSH_AUTH_SOCK`, or `IdentityAgent`); nil,
+        /// the default: none. While a session channel runs, the server (and anyone with root on
+        /// it) can then sign with every key of that agent: only for servers trusted as much as
+        /// this machine. Such a session runs on libssh, since libssh2 1.10 cannot accept the
+        /// agent's channels (see ``SSHSession``).
+        public var agentForwarding: String?
         /// The SSH library to run on, chosen by hand (tests); nil: as ``opensTerminal`` says.
         package var engine: SSHEngineKind?
 

@@ -9,7 +9,8 @@ package enum SSHEngineKind: String, Sendable, Equatable, CaseIterable {
     /// The engine for a session of `configuration`, knowing nothing of the host or the keys
     /// (``SSHEngineChoice/decide(chosen:opensTerminal:knownHostKeyAlgorithms:keyAlgorithms:libssh:libssh2:)``).
     package static func choice(for configuration: SSHSession.Configuration) -> SSHEngineKind {
-        SSHEngineChoice.decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal).kind
+        SSHEngineChoice.decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal,
+                               forwardsAgent: configuration.agentForwarding != nil).kind
     }
 
     /// What this engine, as linked, can do.
@@ -35,12 +36,15 @@ package struct SSHEngineFeatures: Sendable, Equatable {
     package var rsaSHA2: Bool
     /// Whether a terminal request carries the terminal's modes.
     package var sendsTerminalModes: Bool
+    /// Whether the server's `auth-agent@openssh.com` channels can be accepted (agent forwarding).
+    package var acceptsAgentChannels: Bool
 
     /// Features of an engine.
-    package init(version: String, rsaSHA2: Bool, sendsTerminalModes: Bool = true) {
+    package init(version: String, rsaSHA2: Bool, sendsTerminalModes: Bool = true, acceptsAgentChannels: Bool = true) {
         self.version = version
         self.rsaSHA2 = rsaSHA2
         self.sendsTerminalModes = sendsTerminalModes
+        self.acceptsAgentChannels = acceptsAgentChannels
     }
 
     /// The engine of most sessions: libssh signs and verifies with rsa-sha2.
@@ -72,6 +76,8 @@ package struct SSHEngineChoice: Sendable, Equatable {
         case rsaKey
         /// A terminal, but the server turned out to need RSA (see ``SSHFailure/engineLimitation``).
         case rsaServer
+        /// A terminal, but the agent is forwarded, whose channels libssh2 cannot accept.
+        case agentForwarding
     }
 
     /// The engine.
@@ -89,13 +95,16 @@ package struct SSHEngineChoice: Sendable, Equatable {
     /// terminal modes; otherwise libssh2, which sends them, unless the session will need RSA
     /// where libssh2 has no rsa-sha2: the host's known keys (`knownHostKeyAlgorithms`) are all
     /// RSA, or a key to offer (`keyAlgorithms`, e.g. `ssh-rsa`, `ssh-ed25519`) is RSA. Then
-    /// libssh, without the modes: decided before the login, so no key is offered twice.
-    package static func decide(chosen: SSHEngineKind? = nil, opensTerminal: Bool, knownHostKeyAlgorithms: [String]? = nil,
-                               keyAlgorithms: [String] = [], libssh: SSHEngineFeatures = .libssh,
-                               libssh2: SSHEngineFeatures = .libssh2) -> SSHEngineChoice {
+    /// libssh, without the modes: decided before the login, so no key is offered twice. A
+    /// session that forwards the agent (`forwardsAgent`) runs on libssh when libssh2 cannot
+    /// accept the agent's channels: the agent over the modes, since the user asked for it by name.
+    package static func decide(chosen: SSHEngineKind? = nil, opensTerminal: Bool, forwardsAgent: Bool = false,
+                               knownHostKeyAlgorithms: [String]? = nil, keyAlgorithms: [String] = [],
+                               libssh: SSHEngineFeatures = .libssh, libssh2: SSHEngineFeatures = .libssh2) -> SSHEngineChoice {
         if let chosen { return SSHEngineChoice(chosen, .chosen) }
         guard opensTerminal else { return SSHEngineChoice(.libssh, .noTerminal) }
         if libssh.sendsTerminalModes { return SSHEngineChoice(.libssh, .libsshSendsModes) }
+        if forwardsAgent && !libssh2.acceptsAgentChannels { return SSHEngineChoice(.libssh, .agentForwarding) }
         if !libssh2.rsaSHA2 {
             let rsa: (String) -> Bool = { $0 == "ssh-rsa" || $0.hasPrefix("rsa-sha2-") }
             if let known = knownHostKeyAlgorithms, !known.isEmpty, known.allSatisfy(rsa) {
@@ -110,12 +119,13 @@ package struct SSHEngineChoice: Sendable, Equatable {
     /// known key types from the host-key delegate, the keys from the authentication order.
     package static func forSession(configuration: SSHSession.Configuration,
                                    authentication: SSHOrderedAuthentication?) async -> SSHEngineChoice {
-        let quick = decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal)
+        let forwardsAgent = configuration.agentForwarding != nil
+        let quick = decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal, forwardsAgent: forwardsAgent)
         guard quick.kind == .libssh2, quick.reason != .chosen else { return quick }
         let known = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms()
         let keys = await authentication?.keyAlgorithms() ?? []
-        return decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal, knownHostKeyAlgorithms: known,
-                      keyAlgorithms: keys)
+        return decide(chosen: configuration.engine, opensTerminal: configuration.opensTerminal, forwardsAgent: forwardsAgent,
+                      knownHostKeyAlgorithms: known, keyAlgorithms: keys)
     }
 
     /// What to log: the engine and why, in words.
@@ -129,6 +139,8 @@ package struct SSHEngineChoice: Sendable, Equatable {
         case .rsaHostKey: return "\(version): the host's known key is an RSA key, which \(SSHEngineFeatures.libssh2.version) cannot verify"
         case .rsaKey: return "\(version): a key to offer is an RSA key, which \(SSHEngineFeatures.libssh2.version) cannot sign with"
         case .rsaServer: return "\(version): the server needs RSA, which \(SSHEngineFeatures.libssh2.version) cannot do"
+        case .agentForwarding:
+            return "\(version): the agent is forwarded, whose channels \(SSHEngineFeatures.libssh2.version) cannot accept"
         }
     }
 }

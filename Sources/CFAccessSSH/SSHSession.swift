@@ -192,7 +192,20 @@ public final class SSHSession: Sendable {
         try await core.startForwarding(listener)
     }
 
-    /// Serves the forwards of ``startForwarding(_:)`` with no command (OpenSSH's `-N`) until
+    /// Asks the server to listen for `forward` (OpenSSH's `-R`): while a channel of this session
+    /// runs (a command, a shell, or ``runForwards()``), each connection the server accepts on
+    /// it comes back in a `forwarded-tcpip` channel and is connected here to the forward's
+    /// `host:hostPort`; `onEvent` hears of each (on the session's thread: return quickly).
+    /// Returns the port the server listens on (the one it picked when ``SSHRemoteForward/port``
+    /// is 0). Throws ``SSHFailure/Kind/protocolError`` when the server refuses (its
+    /// `AllowTcpForwarding`, a port in use or privileged). A reconnected session asks again.
+    @discardableResult
+    public func startRemoteForwarding(_ forward: SSHRemoteForward,
+                                      onEvent: (@Sendable (SSHForwardEvent) -> Void)? = nil) async throws(SSHFailure) -> Int {
+        try await core.startRemoteForwarding(forward, onEvent: onEvent)
+    }
+
+    /// Serves the forwards of ``startForwarding(_:)`` and ``startRemoteForwarding(_:onEvent:)`` with no command (OpenSSH's `-N`) until
     /// the connection is lost (``SSHChannelEnd/lost(_:)``) or the task is cancelled
     /// (``SSHChannelEnd/closed``).
     public func runForwards() async -> SSHChannelEnd {

@@ -144,6 +144,7 @@ struct ShellCommand: AsyncParsableCommand {
         let timeout: Int
         let serverAliveInterval: Int
         let forwards: [SSHLocalForward]
+        let remoteForwards: [SSHRemoteForward]
         let jumpTarget: ShellTarget?
         do {
             let given = try ShellTarget(destination: destination, login: account.loginName, port: account.port, environment: environment)
@@ -175,6 +176,7 @@ struct ShellCommand: AsyncParsableCommand {
             // ClearAllForwardings (what scp and sftp pass): no forward at all.
             // (ssh_config's forwards were read, and checked, with the file.)
             forwards = host.clearAllForwardings == true ? [] : try session.forwards() + host.localForwards + host.dynamicForwards
+            remoteForwards = host.clearAllForwardings == true ? [] : try session.parsedRemoteForwards() + host.remoteForwards
             for key in account.identity where !FileManager.default.isReadableFile(atPath: key) {
                 throw ConfigurationError("-i \(key): no such readable key file")
             }
@@ -258,6 +260,14 @@ struct ShellCommand: AsyncParsableCommand {
         let keepalive = SSHKeepalive(interval: .seconds(serverAliveInterval), unansweredLimit: host.serverAliveCountMax ?? 3)
         var configuration = SSHSession.Configuration(hostKeyDelegate: verifier, timeout: .seconds(timeout), keepalive: keepalive)
         configuration.compression = account.compression || host.compression == true
+        // -A (or ForwardAgent): the agent's socket, when there is one (ssh forwards none without).
+        if let agent = ShellPlan.forwardedAgent(flag: session.forwardAgent, off: session.noForwardAgent, configured: host.forwardAgent,
+                                                socket: host.forwardAgentSocket, environment: environment) {
+            switch agent {
+            case .socket(let path): configuration.agentForwarding = path
+            case .unavailable(let why): if !isQuiet { writeStderr("cf-access-tcp: \(why); the agent is not forwarded") }
+            }
+        }
 
         // ssh's choice of a terminal: -T / -t / -tt (or RequestTTY), a shell by default, none when
         // stdin is not a terminal unless forced.
@@ -288,7 +298,8 @@ struct ShellCommand: AsyncParsableCommand {
             quiet: isQuiet || !ShellPlan.showsProgress(mode, stdinIsTerminal: stdinIsTerminal),
             prompts: prompts, authentication: authentication, session: configuration, mode: mode, tmux: session.tmux,
             reconnect: reconnects ? SSHReconnectPolicy() : .never,
-            forwards: forwards, escapeCharacter: escapeCharacter(host),
+            forwards: forwards, remoteForwards: remoteForwards, exitOnForwardFailure: host.exitOnForwardFailure == true,
+            reportsForwards: !isQuiet, escapeCharacter: escapeCharacter(host),
             jump: jumpTarget.map { jump in
                 // The jump host's key is checked like any host's, in the same files and mode.
                 var check = hostKeyConfiguration
@@ -297,6 +308,8 @@ struct ShellCommand: AsyncParsableCommand {
                 var login = authenticationConfiguration
                 login.account = jump.account
                 var jumpSession = configuration
+                // The agent goes to the destination only, as in ssh.
+                jumpSession.agentForwarding = nil
                 jumpSession.hostKeyDelegate = KnownHostsVerifier(configuration: check, prompt: prompts)
                 return ShellRunner.Jump(target: jump, session: jumpSession,
                                         authentication: SSHOrderedAuthentication(configuration: login, prompts: prompts, logger: logging.logger))
@@ -530,7 +543,7 @@ struct SSHSessionOptions: ParsableArguments {
                                valueName: "[bind_address:]port"))
     var dynamicForwards: [String] = []
 
-    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L), like ssh -N.")
+    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L, -D, -R), like ssh -N.")
     var noCommand = false
 
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")
@@ -539,10 +552,16 @@ struct SSHSessionOptions: ParsableArguments {
     @Flag(name: .customShort("f"), help: "Go to the background once the session is up (after any question on the terminal), like ssh -f; with a command or -N.")
     var background = false
 
-    @Flag(name: .customShort("A"), help: "Agent forwarding, ssh's -A: not supported yet (refused, not ignored).")
+    @Flag(name: .customShort("A"),
+          help: "Agent forwarding, like ssh -A: the server may use the keys of your ssh-agent (SSH_AUTH_SOCK) while the session lasts; only for hosts you trust as much as this machine.")
     var forwardAgent = false
 
-    @Option(name: .customShort("R", allowingJoined: true), help: "Remote forwarding, ssh's -R: not supported yet (refused, not ignored).")
+    @Flag(name: .customShort("a"), help: "No agent forwarding, like ssh -a (overrides ForwardAgent in ssh_config).")
+    var noForwardAgent = false
+
+    @Option(name: .customShort("R", allowingJoined: true),
+            help: ArgumentHelp("Forward a remote port back here, like ssh -R: connections to port on the server (its loopback unless bind_address is given) reach host:hostport as this machine sees it; port 0 lets the server pick (repeatable).",
+                               valueName: "[bind_address:]port:host:hostport"))
     var remoteForwards: [String] = []
 
     @Flag(name: [.customShort("X"), .customShort("Y")], help: "X11 forwarding, ssh's -X and -Y: not supported (refused, not ignored).")
@@ -568,8 +587,9 @@ struct SSHSessionOptions: ParsableArguments {
         // (The value itself is read in run(): CommandLineCompatibility tells the options that take
         // a value by parsing `-W 1`, which must get past these checks.)
         if stdioForward != nil {
-            guard command.isEmpty, tmux == nil, terminalRequests == 0, !noCommand, localForwards.isEmpty, dynamicForwards.isEmpty else {
-                throw ConfigurationError("-W carries stdin and stdout only: give it without a command, -N, -L, -t or --tmux")
+            guard command.isEmpty, tmux == nil, terminalRequests == 0, !noCommand, localForwards.isEmpty, dynamicForwards.isEmpty,
+                  remoteForwards.isEmpty else {
+                throw ConfigurationError("-W carries stdin and stdout only: give it without a command, -N, -L, -D, -R, -t or --tmux")
             }
         }
         if background && command.isEmpty && !noCommand {
@@ -600,14 +620,20 @@ struct SSHSessionOptions: ParsableArguments {
     /// ssh's letters this client does not do: refused in one line, never ignored. (Not in
     /// `check`: `-R` takes a value, which CommandLineCompatibility finds by parsing `-R 1`.)
     func refuseUnsupported() throws(ConfigurationError) {
-        if forwardAgent {
-            throw ConfigurationError("-A (agent forwarding) is not supported yet; use ssh with ProxyCommand for it")
-        }
-        if !remoteForwards.isEmpty {
-            throw ConfigurationError("-R (remote forwarding) is not supported yet; use ssh with ProxyCommand for it")
-        }
         if forwardX11 {
             throw ConfigurationError("-X and -Y (X11 forwarding) are not supported; use ssh with ProxyCommand for it")
+        }
+    }
+
+    /// The `-R` forwards, parsed.
+    func parsedRemoteForwards() throws(ConfigurationError) -> [SSHRemoteForward] {
+        try remoteForwards.map { spec throws(ConfigurationError) in
+            do {
+                return try SSHRemoteForward(parsing: spec)
+            } catch {
+                if error.message.hasPrefix("Remote dynamic") { throw ConfigurationError(error.message) }
+                throw ConfigurationError("-R \(spec): expected [bind_address:]port:host:hostport, e.g. -R 8080:localhost:80")
+            }
         }
     }
 

@@ -40,6 +40,12 @@ final class ShellRunner {
     let forwards: [SSHLocalForward]
     /// The forwards' listening sockets, bound before connecting and kept across reconnects.
     private var listeners: [SSHForwardListener] = []
+    /// `-R`: ports the server forwards back here, asked for again on every connection.
+    let remoteForwards: [SSHRemoteForward]
+    /// `ExitOnForwardFailure`: a remote forward the server refuses ends the run (else a warning).
+    let exitOnForwardFailure: Bool
+    /// Whether the ports the server picked and refused forwards are said (not with `-q`).
+    let reportsForwards: Bool
     /// The engine of the session, decided before its first login (`SSHEngineChoice`), and
     /// libssh after a server turned out to need RSA.
     private var engine: SSHEngineChoice?
@@ -61,7 +67,11 @@ final class ShellRunner {
     init(target: ShellTarget, settings: TunnelSettings, logger: Logger, terminalLog: LineSink?, environment: [String: String],
          sentEnvironment: [String: String], quiet: Bool, prompts: TerminalPrompts, authentication: SSHOrderedAuthentication,
          session: SSHSession.Configuration, mode: Mode, tmux: String?, reconnect: SSHReconnectPolicy,
-         forwards: [SSHLocalForward] = [], escapeCharacter: UInt8? = UInt8(ascii: "~"), jump: Jump? = nil) {
+         forwards: [SSHLocalForward] = [], remoteForwards: [SSHRemoteForward] = [], exitOnForwardFailure: Bool = false,
+         reportsForwards: Bool = true, escapeCharacter: UInt8? = UInt8(ascii: "~"), jump: Jump? = nil) {
+        self.remoteForwards = remoteForwards
+        self.exitOnForwardFailure = exitOnForwardFailure
+        self.reportsForwards = reportsForwards
         self.escapeCharacter = escapeCharacter
         self.jump = jump
         self.target = target
@@ -183,6 +193,7 @@ final class ShellRunner {
                 for listener in listeners {
                     try await ssh.startForwarding(listener)
                 }
+                try await startRemoteForwards(on: ssh, first: first)
                 if first { progress("Connected to \(target.host).") }
                 return (tunnel, ssh)
             } catch {
@@ -194,6 +205,31 @@ final class ShellRunner {
                 }
                 engine = SSHEngineChoice(.libssh, .rsaServer)
                 logger.debug("the session runs on \(engine!.explanation): \(error.message)")
+            }
+        }
+    }
+
+    /// Asks the server for the `-R` forwards; the port it picked is said (as ssh says it), a
+    /// refusal is a warning, or with `ExitOnForwardFailure` the end of the run.
+    private func startRemoteForwards(on ssh: SSHSession, first: Bool) async throws(SSHFailure) {
+        for forward in remoteForwards {
+            let port: Int
+            do {
+                port = try await ssh.startRemoteForwarding(forward, onEvent: { event in
+                    if case .openFailed(let origin, let reason) = event {
+                        ShellRunner.notice("cf-access-tcp: -R \(forward): the connection from \(origin) could not be forwarded: \(reason)")
+                    }
+                })
+            } catch {
+                guard error.kind == .protocolError else { throw error }
+                if exitOnForwardFailure {
+                    throw SSHFailure(.protocolError, "Error: remote port forwarding failed for listen port \(forward.port) (ExitOnForwardFailure)")
+                }
+                if reportsForwards { say("Warning: remote port forwarding failed for listen port \(forward.port)") }
+                continue
+            }
+            if forward.port == 0 && reportsForwards {
+                say("Allocated port \(port) for remote forward to \(forward.host):\(forward.hostPort)")
             }
         }
     }

@@ -10,7 +10,7 @@ package enum ShellMode: Sendable, Equatable {
     case shellWithoutTerminal
     /// A pseudo-terminal: the login shell (or `--tmux`), or a command with `-t`.
     case terminal(command: String?)
-    /// `-N`: no command, only the `-L` forwards.
+    /// `-N`: no command, only the forwards (`-L`, `-D`, `-R`).
     case forwardsOnly
     /// `-W host:port`: stdin and stdout carried to `host`:`port` as the server sees it.
     case stdioForward(host: String, port: Int)
@@ -152,6 +152,42 @@ package enum ShellPlan {
     package static func reconnects(noReconnect: Bool, hasCommand: Bool, noCommand: Bool, stdinIsTerminal: Bool) -> Bool {
         !noReconnect && !hasCommand && (stdinIsTerminal || noCommand)
     }
+
+    /// Where a forwarded agent is, or why none is.
+    package enum ForwardedAgent: Sendable, Equatable {
+        /// The agent's socket.
+        case socket(String)
+        /// Forwarding was asked for, but there is no agent: the reason, in words.
+        case unavailable(String)
+    }
+
+    /// The agent to forward, as ssh decides: `-a` wins, then `-A`, then `ForwardAgent`
+    /// (`configured`, with the socket it names, `socket`: a path, `~/…`, or `$NAME`); the socket
+    /// is `SSH_AUTH_SOCK`'s unless named. Nil when the agent is not forwarded.
+    package static func forwardedAgent(flag: Bool, off: Bool, configured: Bool?, socket: String?,
+                                       environment: [String: String]) -> ForwardedAgent? {
+        guard !off, flag || configured == true else { return nil }
+        // -A forwards SSH_AUTH_SOCK's agent, whatever ForwardAgent names.
+        let named = flag ? nil : socket
+        guard let named else {
+            guard let path = environment["SSH_AUTH_SOCK"], !path.isEmpty else {
+                return .unavailable("agent forwarding: no ssh-agent (SSH_AUTH_SOCK is not set)")
+            }
+            return .socket(path)
+        }
+        if named.hasPrefix("$") {
+            let name = String(named.dropFirst())
+            guard let path = environment[name], !path.isEmpty else {
+                return .unavailable("ForwardAgent \(named): the variable \(name) is not set")
+            }
+            return .socket(path)
+        }
+        if named.hasPrefix("~/") || named == "~" {
+            guard let home = environment["HOME"], !home.isEmpty else {
+                return .unavailable("ForwardAgent \(named): HOME is not set")
+            }
+            return .socket(home + named.dropFirst())
+        }
+        return .socket(named)
+    }
 }
-
-

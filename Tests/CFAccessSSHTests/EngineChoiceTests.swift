@@ -18,12 +18,23 @@ struct EngineChoiceTests {
     private let account = SSHAccount(user: "me", host: "ssh.example.com")
     /// Debian 12's pair: libssh 0.10 (no terminal modes), libssh2 1.10 (no rsa-sha2).
     private let oldLibssh = SSHEngineFeatures(version: "libssh 0.10.6", rsaSHA2: true, sendsTerminalModes: false)
-    private let oldLibssh2 = SSHEngineFeatures(version: "libssh2 1.10.0", rsaSHA2: false)
+    private let oldLibssh2 = SSHEngineFeatures(version: "libssh2 1.10.0", rsaSHA2: false, acceptsAgentChannels: false)
 
-    private func decide(chosen: SSHEngineKind? = nil, terminal: Bool = true, known: [String]? = nil, keys: [String] = [],
-                        libssh: SSHEngineFeatures? = nil, libssh2: SSHEngineFeatures? = nil) -> SSHEngineChoice {
-        SSHEngineChoice.decide(chosen: chosen, opensTerminal: terminal, knownHostKeyAlgorithms: known, keyAlgorithms: keys,
-                               libssh: libssh ?? oldLibssh, libssh2: libssh2 ?? oldLibssh2)
+    private func decide(chosen: SSHEngineKind? = nil, terminal: Bool = true, agent: Bool = false, known: [String]? = nil,
+                        keys: [String] = [], libssh: SSHEngineFeatures? = nil, libssh2: SSHEngineFeatures? = nil) -> SSHEngineChoice {
+        SSHEngineChoice.decide(chosen: chosen, opensTerminal: terminal, forwardsAgent: agent, knownHostKeyAlgorithms: known,
+                               keyAlgorithms: keys, libssh: libssh ?? oldLibssh, libssh2: libssh2 ?? oldLibssh2)
+    }
+
+    @Test("agent forwarding: a terminal that forwards the agent runs on libssh (libssh2 cannot accept the agent's channels), which the linked libssh2 says of itself; a libssh2 that could would keep it")
+    func agentForwarding() {
+        #expect(decide(agent: true) == SSHEngineChoice(.libssh, .agentForwarding))
+        #expect(decide(terminal: false, agent: true) == SSHEngineChoice(.libssh, .noTerminal))
+        #expect(decide(chosen: .libssh2, agent: true) == SSHEngineChoice(.libssh2, .chosen))
+        let accepting = SSHEngineFeatures(version: "libssh2 9.9", rsaSHA2: true, acceptsAgentChannels: true)
+        #expect(decide(agent: true, libssh2: accepting) == SSHEngineChoice(.libssh2, .terminalModes))
+        #expect(!SSHEngineFeatures.libssh2.acceptsAgentChannels && SSHEngineFeatures.libssh.acceptsAgentChannels)
+        #expect(SSHEngineChoice(.libssh, .agentForwarding).explanation.contains("the agent is forwarded"))
     }
 
     @Test("the rule: a chosen engine wins; no terminal, libssh; a terminal, libssh2 for its modes unless RSA is foreseen (RSA-only known host keys, any RSA key to offer); a libssh that sends modes or a libssh2 with rsa-sha2 changes the answer")

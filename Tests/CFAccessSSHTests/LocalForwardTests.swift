@@ -62,3 +62,36 @@ struct LocalForwardTests {
         first.close()
     }
 }
+
+/// `-R` specifications (``SSHRemoteForward``).
+@Suite("Remote forwards: specifications")
+struct RemoteForwardTests {
+    @Test("[bind_address:]port:host:hostport as OpenSSH reads it, IPv6 in brackets, port 0 for one the server picks; the text round-trips")
+    func parsing() throws {
+        let plain = try SSHRemoteForward(parsing: "8080:localhost:3000")
+        #expect(plain == SSHRemoteForward(port: 8080, host: "localhost", hostPort: 3000))
+        #expect(plain.description == "8080:localhost:3000")
+        let six = try SSHRemoteForward(parsing: "[::1]:0:[2001:db8::1]:443")
+        #expect(six == SSHRemoteForward(bindAddress: "::1", port: 0, host: "2001:db8::1", hostPort: 443))
+        #expect(six.description == "[::1]:0:[2001:db8::1]:443")
+        #expect(try SSHRemoteForward(parsing: "*:80:h:80").bindAddress == "*")
+        #expect(try SSHRemoteForward(parsing: ":80:h:80").bindAddress == "*")
+    }
+
+    @Test("bad specifications are refused with OpenSSH's words; a remote dynamic forward (SOCKS) is refused by name")
+    func badSpecifications() {
+        for bad in ["8080:host", "x:host:80", "8080::80", "70000:h:80", "8080:h:0", "[::1:8080:h:80", "a:b:8080:h:80", ""] {
+            #expect(throws: SSHFailure(.configuration, "Bad remote forwarding specification '\(bad)'"), "\(bad)") {
+                _ = try SSHRemoteForward(parsing: bad)
+            }
+        }
+        for dynamic in ["1080", "127.0.0.1:1080"] {
+            do {
+                _ = try SSHRemoteForward(parsing: dynamic)
+                Issue.record("\(dynamic) was accepted")
+            } catch {
+                #expect(error.message.hasPrefix("Remote dynamic forwarding (-R '\(dynamic)'"), "\(error.message)")
+            }
+        }
+    }
+}

@@ -220,11 +220,29 @@ struct SSHConfigTests {
         #expect(config.skippedMatchBlocks == ["/home/me/.ssh/config:1"])
     }
 
+    @Test("RemoteForward adds up (a remote SOCKS proxy is refused); ExitOnForwardFailure; ForwardAgent yes, no, or the socket it names")
+    func remoteForwardsAndAgent() throws {
+        let config = try resolve("Host x\n  RemoteForward 8080 localhost:80\n  RemoteForward [::1]:0 [2001:db8::1]:443\n"
+                                 + "  ExitOnForwardFailure yes\n  ForwardAgent yes\nHost *\n  RemoteForward 9 h:9\n  ForwardAgent no\n", host: "x")
+        #expect(config.remoteForwards == [SSHRemoteForward(port: 8080, host: "localhost", hostPort: 80),
+                                          SSHRemoteForward(bindAddress: "::1", port: 0, host: "2001:db8::1", hostPort: 443),
+                                          SSHRemoteForward(port: 9, host: "h", hostPort: 9)])
+        #expect(config.exitOnForwardFailure == true)
+        #expect(config.forwardAgent == true && config.forwardAgentSocket == nil)
+        let named = try resolve("Host *\n  ForwardAgent $MY_AGENT\n", host: "x")
+        #expect(named.forwardAgent == true && named.forwardAgentSocket == "$MY_AGENT")
+        #expect(try resolve("Host *\n  ForwardAgent ~/agent.sock\n", host: "x").forwardAgentSocket == "~/agent.sock")
+        #expect(try resolve("Host *\n  ForwardAgent no\n", host: "x").forwardAgent == false)
+        #expect(failure("Host *\n  RemoteForward 8080\n")?.description.contains("a remote SOCKS proxy is not supported") == true)
+        #expect(failure("Host *\n  RemoteForward 8080 nohostport\n")?.description.contains("is not [bind_address:]port host:hostport") == true)
+        #expect(failure("Host *\n  ForwardAgent maybe\n") != nil)
+    }
+
     @Test("keywords ssh knows but this client does not use are ignored; unknown words are errors with file:line; IgnoreUnknown")
     func unknownKeywords() throws {
         let known = try resolve("Host *\n  Compression yes\n  ForwardAgent no\n  ControlMaster auto\n  GSSAPIAuthentication yes\n", host: "x")
         // What would change ssh's behaviour and this client does not do is refused, not ignored.
-        #expect(throws: SSHConfigError.self) { try resolve("Host *\n  ForwardAgent yes\n", host: "x") }
+        #expect(throws: SSHConfigError.self) { try resolve("Host *\n  ForwardX11 yes\n", host: "x") }
         #expect(throws: SSHConfigError.self) { try resolve("Host x\n  Ciphers aes128-ctr\n", host: "x") }
         #expect(try resolve("Host other\n  Ciphers aes128-ctr\n", host: "x").host == "x", "not for this host: not refused")
         #expect(known.hostName == "x")

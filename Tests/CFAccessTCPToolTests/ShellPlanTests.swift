@@ -113,4 +113,25 @@ struct ShellPlanTests {
         #expect(try ShellPlan.mode(noCommand: false, terminal: true, command: nil, tmux: nil, stdioForward: ("h", 22)) == .stdioForward(host: "h", port: 22))
         #expect(try ShellPlan.remoteCommand(commandLine: [], configured: "") == nil, "RemoteCommand none")
     }
+
+    @Test("the agent forwarded: -a wins, then -A (SSH_AUTH_SOCK's), then ForwardAgent (yes: SSH_AUTH_SOCK's; $NAME and ~/ resolved); no agent is said, not guessed")
+    func forwardedAgent() {
+        let environment = ["SSH_AUTH_SOCK": "/run/agent", "MINE": "/run/mine", "HOME": "/home/me"]
+        func decide(_ flag: Bool, off: Bool = false, _ configured: Bool?, socket: String? = nil,
+                    environment: [String: String] = environment) -> ShellPlan.ForwardedAgent? {
+            ShellPlan.forwardedAgent(flag: flag, off: off, configured: configured, socket: socket, environment: environment)
+        }
+        #expect(decide(false, nil) == nil)
+        #expect(decide(false, false) == nil)
+        #expect(decide(true, nil) == .socket("/run/agent"))
+        #expect(decide(true, off: true, true) == nil)
+        #expect(decide(false, true) == .socket("/run/agent"))
+        #expect(decide(false, true, socket: "$MINE") == .socket("/run/mine"))
+        #expect(decide(true, true, socket: "$MINE") == .socket("/run/agent"), "-A forwards SSH_AUTH_SOCK's agent")
+        #expect(decide(false, true, socket: "~/a.sock") == .socket("/home/me/a.sock"))
+        #expect(decide(false, true, socket: "/tmp/a.sock") == .socket("/tmp/a.sock"))
+        #expect(decide(true, nil, environment: [:]) == .unavailable("agent forwarding: no ssh-agent (SSH_AUTH_SOCK is not set)"))
+        #expect(decide(false, true, socket: "$NONE") == .unavailable("ForwardAgent $NONE: the variable NONE is not set"))
+        #expect(decide(false, true, socket: "~/a", environment: [:]) == .unavailable("ForwardAgent ~/a: HOME is not set"))
+    }
 }

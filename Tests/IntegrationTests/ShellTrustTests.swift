@@ -96,6 +96,20 @@ struct ShellTrustTests {
         }
     }
 
+    @Test("a server that opens channels never asked for (its own agent channel, a forwarded-tcpip for a port nobody forwarded) gets none of them; the command runs as usual", arguments: ShellEngine.allCases)
+    func unsolicitedChannels(engine: ShellEngine) throws {
+        let server = try HostileSSHServer(mode: "ssh", hostKeys: ["ed25519"], extra: ["--open-inbound"])
+        let world = try world(reaching: server.address)
+        try "\(testHost) \(server.publicLines["ed25519"]!)\n".write(to: world.knownHostsFile, atomically: true, encoding: .utf8)
+        let result = try world.runTool(world.arguments(user: "me", extra: engine.flags, command: ["true"]))
+        #expect(result.status == 0 && result.stdout == "ran\n", "\(result.stderr)")
+        for kind in ["auth-agent@openssh.com", "forwarded-tcpip"] {
+            let seen = server.events.filter { $0.hasPrefix("inbound \(kind) ") }
+            #expect(seen.count == 1 && !seen[0].hasSuffix(" opened"), "\(kind): \(server.events)")
+        }
+        #expect(engine.ran(in: server.events), "\(server.events)")
+    }
+
     // MARK: Point 3: markers, patterns, destinations
 
     @Test("@revoked: refused with OpenSSH's warning even with --accept-new, and known_hosts is left alone", arguments: ShellEngine.allCases)

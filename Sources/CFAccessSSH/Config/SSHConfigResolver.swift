@@ -102,6 +102,16 @@ public struct SSHHostConfig: Sendable, Equatable {
     public var localForwards: [SSHLocalForward] = []
     /// `DynamicForward` lines (every one that applies), read as `-D` reads its value.
     public var dynamicForwards: [SSHLocalForward] = []
+    /// `RemoteForward` lines (every one that applies), read as `-R` reads its value.
+    public var remoteForwards: [SSHRemoteForward] = []
+    /// `ExitOnForwardFailure`: a forward that cannot be set up ends the session.
+    public var exitOnForwardFailure: Bool?
+    /// `ForwardAgent`: `yes`, `no`, or the agent socket to forward (a path, or `$NAME` for the
+    /// variable holding one) in ``forwardAgentSocket``.
+    public var forwardAgent: Bool?
+    /// The agent socket `ForwardAgent` names, as written: a path (`~` for the home directory)
+    /// or `$NAME`, the variable holding one; nil for `yes` (`SSH_AUTH_SOCK`'s socket).
+    public var forwardAgentSocket: String?
     /// `Compression`.
     public var compression: Bool?
     /// `ClearAllForwardings`: no `-L` or `LocalForward` (what scp and sftp pass).
@@ -455,6 +465,31 @@ private struct Resolution {
                 throw at.error("LocalForward \(arguments.joined(separator: " ")) is not [bind_address:]port host:hostport")
             }
             if active { config.localForwards.append(forward) }
+        case "remoteforward":
+            guard arguments.count == 2 else {
+                throw at.error("RemoteForward takes [bind_address:]port and host:hostport (a remote SOCKS proxy is not supported)")
+            }
+            guard let forward = try? SSHRemoteForward(parsing: arguments[0] + ":" + arguments[1]) else {
+                throw at.error("RemoteForward \(arguments.joined(separator: " ")) is not [bind_address:]port host:hostport")
+            }
+            if active { config.remoteForwards.append(forward) }
+        case "exitonforwardfailure":
+            let value = try Self.flag(try single(), keyword: line.keyword, at: at)
+            if active && config.exitOnForwardFailure == nil { config.exitOnForwardFailure = value }
+        case "forwardagent":
+            let text = try single()
+            var socket: String?
+            let value: Bool
+            if text.hasPrefix("/") || text.hasPrefix("~") || text.hasPrefix("$") {
+                value = true
+                socket = text
+            } else {
+                value = try Self.flag(text, keyword: line.keyword, at: at)
+            }
+            if active && config.forwardAgent == nil {
+                config.forwardAgent = value
+                config.forwardAgentSocket = socket
+            }
         case "compression":
             let value = try Self.flag(try single(), keyword: line.keyword, at: at)
             if active && config.compression == nil { config.compression = value }
@@ -485,7 +520,7 @@ private struct Resolution {
         case "clearallforwardings":
             let value = try Self.flag(try single(), keyword: line.keyword, at: at)
             if active && config.clearAllForwardings == nil { config.clearAllForwardings = value }
-        case "forwardagent", "forwardx11", "forwardx11trusted", "permitlocalcommand":
+        case "forwardx11", "forwardx11trusted", "permitlocalcommand":
             // What scp and sftp pass (`no`) is what this client does; `yes` is refused, never ignored.
             let text = try single().lowercased()
             let off = ["no", "false"].contains(text)

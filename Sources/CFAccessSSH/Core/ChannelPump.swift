@@ -31,11 +31,14 @@ final class SessionChannel<Channel> {
     }
 }
 
-/// One accepted connection of a local forward and its `direct-tcpip` channel.
+/// One forwarded connection and its channel: accepted here for a local forward (a
+/// `direct-tcpip` channel), or opened by the server for a remote forward or the agent (the
+/// socket connects here).
 final class ForwardedConnection<Channel> {
-    let socket: Int32
+    private(set) var socket: Int32
     let origin: (host: String, port: Int)
-    let listener: SSHForwardListener
+    /// Who hears of the connection.
+    let onEvent: (@Sendable (SSHForwardEvent) -> Void)?
     var channel: Channel?
     /// Read from the local socket, not yet taken by the channel.
     var toChannel = PumpBuffer()
@@ -52,16 +55,41 @@ final class ForwardedConnection<Channel> {
     var target: (host: String, port: Int)
     /// A dynamic forward's SOCKS handshake, until the client named its target.
     var socks: SOCKSHandshake?
+    /// The socket's connect to `target` is under way (a remote forward's connection), at the
+    /// target's address of this index.
+    var connecting: Int?
+    /// How the origin is shown, when not as `origin`.
+    private var shownOrigin: String?
 
+    /// A connection accepted on `listener`.
     init(socket: Int32, origin: (host: String, port: Int), listener: SSHForwardListener) {
         self.socket = socket
         self.origin = origin
-        self.listener = listener
+        onEvent = listener.onEvent
         target = (listener.forward.host, listener.forward.hostPort)
         if listener.forward.isDynamic { socks = SOCKSHandshake() }
     }
 
-    var originText: String { origin.host.contains(":") ? "[\(origin.host)]:\(origin.port)" : "\(origin.host):\(origin.port)" }
+    /// A channel the server opened, carried to `socket` (connected to `target`, or connecting to
+    /// its address `connecting`); `origin` as the server gave it.
+    init(socket: Int32, channel: Channel, origin: String, target: (host: String, port: Int), connecting: Int?,
+         onEvent: (@Sendable (SSHForwardEvent) -> Void)?) {
+        self.socket = socket
+        self.channel = channel
+        self.origin = ("", 0)
+        self.target = target
+        self.connecting = connecting
+        self.onEvent = onEvent
+        shownOrigin = origin.isEmpty ? "the server" : origin
+    }
+
+    /// The socket, after the last one's connect failed (-1: none left).
+    func replaceSocket(_ fd: Int32) { socket = fd }
+
+    var originText: String {
+        if let shownOrigin { return shownOrigin }
+        return origin.host.contains(":") ? "[\(origin.host)]:\(origin.port)" : "\(origin.host):\(origin.port)"
+    }
 
     /// Both directions ended (or something failed): the channel can be closed.
     var finished: Bool { failed || (shutDown && eofSent) }
@@ -150,6 +178,7 @@ final class ChannelPump<Engine: SSHEngine> {
                     }
                 }
             }
+            if accepting { progress = acceptInbound() || progress }
             progress = negotiate() || progress
             for forward in forwards {
                 let (moved, read) = service(forward)
@@ -231,7 +260,7 @@ final class ChannelPump<Engine: SSHEngine> {
             if engine.isEOF(main.raw) { return true }
         }
         for forward in forwards {
-            guard let channel = forward.channel, !forward.failed else { continue }
+            guard let channel = forward.channel, !forward.failed, forward.connecting == nil else { continue }
             if forward.toSocket.isEmpty && !forward.remoteEOF && engine.hasBufferedData(channel) { return true }
             if !forward.toChannel.isEmpty && room && engine.windowIsOpen(channel) { return true }
         }
@@ -268,6 +297,11 @@ final class ChannelPump<Engine: SSHEngine> {
         var polledForwards: [ForwardedConnection<Channel>] = []
         for forward in forwards where forward.channel != nil && !forward.failed {
             var wanted: Int16 = 0
+            if forward.connecting != nil {
+                polledForwards.append(forward)
+                entries.append(pollfd(fd: forward.socket, events: Int16(POLLOUT), revents: 0))
+                continue
+            }
             if !forward.localEOF && forward.toChannel.count < Self.chunk { wanted |= Int16(POLLIN) }
             if !forward.toSocket.isEmpty { wanted |= Int16(POLLOUT) }
             guard wanted != 0 else { continue }
@@ -506,7 +540,7 @@ final class ChannelPump<Engine: SSHEngine> {
             case .refused(let bytes, let reason):
                 sendNow(connection.socket, bytes)
                 _ = close(connection.socket)
-                connection.listener.onEvent?(.openFailed(origin: connection.originText, reason: reason))
+                connection.onEvent?(.openFailed(origin: connection.originText, reason: reason))
             }
         }
         negotiating = kept
@@ -536,21 +570,84 @@ final class ChannelPump<Engine: SSHEngine> {
                 next.writable = true
             }
             forwards.append(next)
-            next.listener.onEvent?(.opened(origin: next.originText))
+            next.onEvent?(.opened(origin: next.originText))
             return .moved(true)
         case .refused(let reason):
             opening.removeFirst()
             if let socks = next.socks { sendNow(next.socket, socks.reply(succeeded: false)) }
             _ = close(next.socket)
-            next.listener.onEvent?(.openFailed(origin: next.originText, reason: reason))
+            next.onEvent?(.openFailed(origin: next.originText, reason: reason))
             return .moved(true)
         case .lost(let failure):
             return .lost(failure)
         }
     }
 
+    /// Takes the channels the server opened (remote forwards' connections, the agent's) and
+    /// starts their sockets' connects; a channel with nowhere to go is closed.
+    private func acceptInbound() -> Bool {
+        var moved = false
+        while let inbound = engine.acceptInbound() {
+            moved = true
+            switch inbound {
+            case .agent(let channel):
+                guard let path = engine.state.configuration.agentForwarding,
+                      let socket = try? AgentWire.connect(socketPath: path) else {
+                    engine.release(channel)
+                    continue
+                }
+                _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
+                forwards.append(ForwardedConnection(socket: socket, channel: channel, origin: "the agent", target: ("agent", 0),
+                                                    connecting: nil, onEvent: nil))
+            case .forwarded(let channel, let port, let origin):
+                guard let binding = engine.state.remoteForwards.first(where: { $0.boundPort == port }) else {
+                    engine.release(channel)
+                    continue
+                }
+                let target = (binding.forward.host, binding.forward.hostPort)
+                switch OutboundConnect.start(host: target.0, port: target.1) {
+                case .success(let started):
+                    forwards.append(ForwardedConnection(socket: started.fd, channel: channel, origin: origin, target: target,
+                                                        connecting: started.index, onEvent: binding.onEvent))
+                case .failure(let failure):
+                    engine.release(channel)
+                    binding.onEvent?(.openFailed(origin: origin.isEmpty ? "the server" : origin, reason: failure.message))
+                }
+            }
+        }
+        return moved
+    }
+
+    /// A remote forward's socket whose connect finished: connected, or on to the target's next
+    /// address, or failed (said to the forward's listener).
+    private func finishConnect(_ forward: ForwardedConnection<Channel>) {
+        guard let index = forward.connecting, forward.writable else { return }
+        forward.writable = false
+        guard let why = OutboundConnect.outcome(forward.socket) else {
+            forward.connecting = nil
+            forward.onEvent?(.opened(origin: forward.originText))
+            return
+        }
+        _ = close(forward.socket)
+        let reason = "connect to \(forward.target.host) port \(forward.target.port) failed: \(why)"
+        if case .success(let next) = OutboundConnect.start(host: forward.target.host, port: forward.target.port, from: index + 1) {
+            forward.replaceSocket(next.fd)
+            forward.connecting = next.index
+            return
+        }
+        forward.replaceSocket(-1)
+        forward.failed = true
+        forward.onEvent?(.openFailed(origin: forward.originText, reason: reason))
+    }
+
     /// Moves one forwarded connection's data both ways; (progress, the library was read).
     private func service(_ forward: ForwardedConnection<Channel>) -> (Bool, Bool) {
+        if forward.connecting != nil && !forward.failed {
+            let before = forward.connecting
+            finishConnect(forward)
+            if forward.connecting != nil { return (forward.connecting != before, false) }
+            if forward.failed { return (true, false) }
+        }
         guard let channel = forward.channel, !forward.failed else { return (false, false) }
         var progress = false
         var readChannel = false

@@ -117,6 +117,18 @@ protocol SSHEngine: AnyObject, Sendable {
     /// Frees a channel.
     func free(_ channel: Channel)
 
+    // MARK: Channels the server opens
+
+    /// Asks the server to listen on `address`:`port` for a remote forward (`tcpip-forward`):
+    /// the port it listens on, or nil when it refused.
+    func listenRemote(address: String, port: Int, until deadline: Date) throws(SSHFailure) -> Int?
+    /// Asks the server to pass its agent requests to this side (`auth-agent-req@openssh.com` on
+    /// a session channel); a library that cannot accept the agent channels throws.
+    func requestAgentForwarding(_ channel: Channel, until deadline: Date) throws(SSHFailure)
+    /// A channel the server opened and the library accepted (a remote forward's connection, or
+    /// one to the agent), if one waits; called every pump round.
+    func acceptInbound() -> InboundChannel<Channel>?
+
     // MARK: The rest
 
     /// Called every pump round while keepalives are on: sends OpenSSH's
@@ -167,6 +179,15 @@ enum DirectOpen<Channel> {
     case lost(SSHFailure)
 }
 
+/// A channel the server opened.
+enum InboundChannel<Channel> {
+    /// A connection to a remote forward listening on `port` on the server, from `origin`
+    /// (`address:port`, or empty where the library does not say).
+    case forwarded(Channel, port: Int, origin: String)
+    /// A connection to the forwarded agent.
+    case agent(Channel)
+}
+
 /// What a channel read came to.
 enum ChannelRead {
     case bytes(Int)
@@ -191,6 +212,8 @@ final class SessionState: @unchecked Sendable {
     let configuration: SSHSession.Configuration
     /// The local forwards the pump serves.
     var forwards: [SSHForwardListener] = []
+    /// The remote forwards the server accepted.
+    var remoteForwards: [RemoteForwardBinding] = []
     /// Seconds spent waiting for a person inside the current request.
     var promptPause: TimeInterval = 0
 

@@ -23,6 +23,7 @@ protocol SessionCalls: AnyObject, Sendable {
     func openDirect(host: String, port: Int) async throws(SSHFailure) -> any InteractiveChannelCalls
     func disconnect(description: String) async
     func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure)
+    func startRemoteForwarding(_ forward: SSHRemoteForward, onEvent: (@Sendable (SSHForwardEvent) -> Void)?) async throws(SSHFailure) -> Int
     func runForwards() async -> SSHChannelEnd
 }
 
@@ -228,6 +229,7 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
                     if error.kind == .connectionLost || error.kind == .timedOut { throw error }
                 }
             }
+            if configuration.agentForwarding != nil { try engine.requestAgentForwarding(channel, until: deadline) }
             if let terminal { try engine.requestTerminal(channel, terminal, until: deadline) }
             try engine.start(channel, request, until: deadline)
         } catch {
@@ -302,6 +304,18 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
 
     func startForwarding(_ listener: SSHForwardListener) async throws(SSHFailure) {
         try await onThread { core in core.engine.state.forwards.append(listener) }
+    }
+
+    func startRemoteForwarding(_ forward: SSHRemoteForward, onEvent: (@Sendable (SSHForwardEvent) -> Void)?) async throws(SSHFailure) -> Int {
+        try requireAcceptedHostKey()
+        return try await onThread { core throws(SSHFailure) -> Int in
+            let engine = core.engine
+            guard let port = try engine.listenRemote(address: forward.requestedAddress, port: forward.port, until: engine.deadline()) else {
+                throw SSHFailure(.protocolError, "remote port forwarding failed for listen port \(forward.port): the SSH server refused it")
+            }
+            engine.state.remoteForwards.append(RemoteForwardBinding(forward: forward, boundPort: port, onEvent: onEvent))
+            return port
+        }
     }
 
     func runForwards() async -> SSHChannelEnd {

@@ -62,22 +62,7 @@ public struct SSHLocalForward: Sendable, Equatable, CustomStringConvertible {
     /// (`[::1]:8080:[2001:db8::1]:80`). An empty or `*` bind address means every interface.
     public init(parsing specification: String) throws(SSHFailure) {
         let bad = SSHFailure(.configuration, "Bad local forwarding specification '\(specification)'")
-        var fields: [String] = []
-        var current = ""
-        var bracketed = false
-        for character in specification {
-            switch character {
-            case "[" where current.isEmpty && !bracketed: bracketed = true
-            case "]" where bracketed: bracketed = false
-            case ":" where !bracketed:
-                fields.append(current)
-                current = ""
-            default: current.append(character)
-            }
-        }
-        guard !bracketed else { throw bad }
-        fields.append(current)
-        guard fields.count == 3 || fields.count == 4 else { throw bad }
+        guard var fields = forwardingFields(specification), fields.count == 3 || fields.count == 4 else { throw bad }
         let bind: String? = fields.count == 4 ? fields.removeFirst() : nil
         guard let port = Int(fields[0]), (0...65535).contains(port),
               !fields[1].isEmpty, !fields[1].contains(where: { $0.isWhitespace || $0.isNewline }),
@@ -94,13 +79,38 @@ public struct SSHLocalForward: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// What happens to the connections of a local forward, for a caller that reports them (OpenSSH
+/// The colon-separated fields of an OpenSSH forwarding specification (`-L`, `-R`), an IPv6
+/// address in brackets being one field; nil when a bracket is left open.
+func forwardingFields(_ specification: String) -> [String]? {
+    var fields: [String] = []
+    var current = ""
+    var bracketed = false
+    for character in specification {
+        switch character {
+        case "[" where current.isEmpty && !bracketed: bracketed = true
+        case "]" where bracketed: bracketed = false
+        case ":" where !bracketed:
+            fields.append(current)
+            current = ""
+        default: current.append(character)
+        }
+    }
+    guard !bracketed else { return nil }
+    fields.append(current)
+    return fields
+}
+
+/// What happens to the connections of a forward, for a caller that reports them (OpenSSH
 /// prints refusals as `channel N: open failed: …`).
 public enum SSHForwardEvent: Sendable, Equatable {
-    /// A connection from `origin` (`address:port`) was accepted and its channel opened.
+    /// A connection from `origin` (`address:port`) was accepted and its channel opened (a local
+    /// forward), or connected here (a remote forward's; `the server` where the library does not
+    /// give the origin).
     case opened(origin: String)
-    /// The server refused the channel for a connection from `origin`; the connection was closed.
-    /// `reason` is the server's, e.g. `connect failed`.
+    /// The server refused the channel for a connection from `origin` (`reason` the server's, e.g.
+    /// `connect failed`), or a remote forward's connection could not be connected here
+    /// (`reason`: `connect to localhost port 3000 failed: Connection refused`); the connection
+    /// was closed.
     case openFailed(origin: String, reason: String)
 }
 

@@ -44,6 +44,10 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
     /// A `direct-tcpip` open in flight.
     private var opening: OpaquePointer?
     private var lastKeepalive: Date?
+    /// The session's callbacks (agent forwarding), once set.
+    private var callbacks: UnsafeMutablePointer<ssh_callbacks_struct>?
+    /// Agent channels the server opened, not yet taken by the pump.
+    private var agentChannels: [OpaquePointer] = []
 
     init(descriptor fileDescriptor: Int32, configuration: SSHSession.Configuration) throws(SSHFailure) {
         state = SessionState(fd: fileDescriptor, configuration: configuration)
@@ -79,6 +83,7 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
 
     deinit {
         received.deallocate()
+        callbacks?.deallocate()
     }
 
     /// Repeats `call` while it returns `again`; a closed session ends it with SSH_ERROR, and
@@ -408,6 +413,61 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
         opening = nil
     }
 
+    // MARK: Channels the server opens
+
+    func listenRemote(address: String, port: Int, until deadline: Date) throws(SSHFailure) -> Int? {
+        var bound: Int32 = 0
+        let rc = try retry("asking the server to listen on port \(port)", until: deadline) {
+            ssh_channel_listen_forward(raw, address, Int32(port), &bound)
+        }
+        guard rc == SSH_OK else {
+            if lastErrorWasDenied { return nil }
+            throw failure(rc, "asking the server to listen on port \(port)")
+        }
+        return port == 0 ? Int(bound) : port
+    }
+
+    func requestAgentForwarding(_ channel: LibSSHChannel, until deadline: Date) throws(SSHFailure) {
+        if callbacks == nil {
+            // libssh hands the server's agent channel opens to this callback, which makes the
+            // channel they go to; the pump picks it up in `acceptInbound`.
+            let table = UnsafeMutablePointer<ssh_callbacks_struct>.allocate(capacity: 1)
+            table.initialize(to: ssh_callbacks_struct())
+            table.pointee.size = MemoryLayout<ssh_callbacks_struct>.size
+            table.pointee.userdata = Unmanaged.passUnretained(self).toOpaque()
+            table.pointee.channel_open_request_auth_agent_function = { session, userdata in
+                guard let session, let userdata, let channel = ssh_channel_new(session) else { return nil }
+                Unmanaged<LibSSHEngine>.fromOpaque(userdata).takeUnretainedValue().agentChannels.append(channel)
+                return channel
+            }
+            guard ssh_set_callbacks(raw, table) == SSH_OK else {
+                table.deallocate()
+                throw failure(SSH_ERROR, "setting up agent forwarding")
+            }
+            callbacks = table
+        }
+        // Asks for no reply (as OpenSSH): a refusal shows as no agent on the server.
+        let rc = try retry("asking for agent forwarding", until: deadline) { ssh_channel_request_auth_agent(channel.raw) }
+        guard rc == SSH_OK else { throw failure(rc, "asking for agent forwarding") }
+    }
+
+    func acceptInbound() -> InboundChannel<LibSSHChannel>? {
+        if !agentChannels.isEmpty { return .agent(LibSSHChannel(raw: agentChannels.removeFirst(), exit: nil)) }
+        guard !state.remoteForwards.isEmpty else { return nil }
+        var port: Int32 = 0
+        var originator: UnsafeMutablePointer<CChar>?
+        var originatorPort: Int32 = 0
+        // A timeout of 0: one non-blocking look at what arrived, no sleep.
+        guard let channel = ssh_channel_open_forward_port(raw, 0, &port, &originator, &originatorPort) else { return nil }
+        var origin = ""
+        if let originator {
+            let host = ServerText.visible(String(cString: originator), limit: 64)
+            ssh_string_free_char(originator)
+            origin = host.contains(":") ? "[\(host)]:\(originatorPort)" : "\(host):\(originatorPort)"
+        }
+        return .forwarded(LibSSHChannel(raw: channel, exit: nil), port: Int(port), origin: origin)
+    }
+
     func read(_ channel: LibSSHChannel, stream: Int32, into buffer: UnsafeMutableRawBufferPointer) -> ChannelRead {
         let n = ssh_channel_read_nonblocking(channel.raw, buffer.baseAddress, UInt32(buffer.count), stream)
         if n > 0 { return .bytes(Int(n)) }
@@ -527,6 +587,8 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
     }
 
     func free() {
+        for channel in agentChannels { ssh_channel_free(channel) }
+        agentChannels = []
         ssh_free(raw)
         // After libssh closed its end of the agent's socket pair (a write to a closed pair would
         // raise SIGPIPE: libssh writes to the agent without MSG_NOSIGNAL).

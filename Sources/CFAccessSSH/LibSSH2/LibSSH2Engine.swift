@@ -16,7 +16,7 @@ extension SSHEngineFeatures {
     /// the headers it was built with): rsa-sha2 from 1.11 on. It always sends terminal modes.
     package static let libssh2 = SSHEngineFeatures(
         version: "libssh2 " + (libssh2_version(0).map { String(cString: $0) } ?? "unknown"),
-        rsaSHA2: libssh2_version(0x010b00) != nil, sendsTerminalModes: true)
+        rsaSHA2: libssh2_version(0x010b00) != nil, sendsTerminalModes: true, acceptsAgentChannels: false)
 }
 
 /// libssh2's calls for ``SSHSessionCore``, for sessions that open a terminal while the linked
@@ -45,6 +45,8 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
     var probeAccepted = false
     /// Channels closed by us whose server close may still come: freed once it did.
     private var detached: [OpaquePointer] = []
+    /// The server's listeners of remote forwards, with the port each listens on.
+    private var remoteListeners: [(OpaquePointer, Int)] = []
 
     init(descriptor fileDescriptor: Int32, configuration: SSHSession.Configuration) throws(SSHFailure) {
         state = SessionState(fd: fileDescriptor, configuration: configuration)
@@ -391,6 +393,39 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
             if signalLength > 0 { return .signalled(ServerText.visible(UnsafeRawBufferPointer(start: signal, count: signalLength), limit: 64)) }
         }
         return .exited(libssh2_channel_get_exit_status(channel))
+    }
+
+    // MARK: Channels the server opens
+
+    func listenRemote(address: String, port: Int, until deadline: Date) throws(SSHFailure) -> Int? {
+        var bound: Int32 = 0
+        let listener = try retryPointer("asking the server to listen on port \(port)", until: deadline) { () -> OpaquePointer? in
+            libssh2_channel_forward_listen_ex(raw, address, Int32(port), &bound, 16)
+        }
+        guard let listener else {
+            let code = libssh2_session_last_errno(raw)
+            let failure = failure(code, "asking the server to listen on port \(port)")
+            if failure.kind == .connectionLost || failure.kind == .timedOut { throw failure }
+            return nil
+        }
+        let listening = port == 0 ? Int(bound) : port
+        remoteListeners.append((listener, listening))
+        return listening
+    }
+
+    func requestAgentForwarding(_ channel: OpaquePointer, until deadline: Date) throws(SSHFailure) {
+        throw SSHFailure(.configuration, "agent forwarding needs libssh: \(Self.features.version) cannot accept the server's agent channels")
+    }
+
+    func acceptInbound() -> InboundChannel<OpaquePointer>? {
+        for (listener, port) in remoteListeners {
+            if let channel = libssh2_channel_forward_accept(listener) {
+                libssh2_channel_handle_extended_data2(channel, LIBSSH2_CHANNEL_EXTENDED_DATA_IGNORE)
+                // libssh2 does not pass on the connection's origin.
+                return .forwarded(channel, port: port, origin: "")
+            }
+        }
+        return nil
     }
 
     func release(_ channel: OpaquePointer) {

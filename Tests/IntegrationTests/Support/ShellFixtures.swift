@@ -282,16 +282,16 @@ final class WebsockifyShellWorld: @unchecked Sendable {
 
     /// Starts `shell` (see ``arguments(_:_:user:command:)``) without a terminal.
     func start(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"],
-               stdin: Data? = nil) throws -> ManagedProcess {
+               stdin: Data? = nil, environment: [String: String] = [:]) throws -> ManagedProcess {
         try ManagedProcess(try TestPaths.binary("cf-access-tcp"), try arguments(engine, extra, user: user, command: command),
-                           environment: ["HOME": home.path, "USER": "nobody-cfat"],
+                           environment: ["HOME": home.path, "USER": "nobody-cfat"].merging(environment) { _, new in new },
                            removingEnvironment: ["SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"], stdin: stdin.map { .data($0) } ?? .none)
     }
 
     /// Runs `shell` to its end without a terminal; stdout without carriage returns.
     func run(_ engine: ShellEngine, _ extra: [String], user: String? = nil, command: [String]? = ["echo", "reached"],
-             stdin: Data? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
-        let process = try start(engine, extra, user: user, command: command, stdin: stdin)
+             stdin: Data? = nil, environment: [String: String] = [:]) throws -> (status: Int32, stdout: String, stderr: String) {
+        let process = try start(engine, extra, user: user, command: command, stdin: stdin, environment: environment)
         let status = try process.waitForExit(timeout: 90)
         return (status, process.stdoutText.replacingOccurrences(of: "\r", with: ""), process.stderrText)
     }
