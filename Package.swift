@@ -151,7 +151,7 @@ let package = Package(
         // The SSH policy (authentication order, known_hosts decisions, reconnect, keepalive)
         // with scripted doubles: no sshd.
         .testTarget(name: "CFAccessSSHTests",
-                    dependencies: ["CFAccessSSH", "AccessTransport", "AccessTestSupport", .product(name: "Logging", package: "swift-log")],
+                    dependencies: ["CFAccessSSH", "AccessTransport", "AccessCore", "AccessTestSupport", .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         // The tool's pure decisions (shell's terminal choice, key list, mode): no process.
         .testTarget(name: "CFAccessTCPToolTests",

@@ -78,6 +78,8 @@ package final class CarrierLoop: @unchecked Sendable {
     private var bridges: [Int: Bridge] = [:]
     private var stopping = false
     private let finished = DispatchSemaphore(value: 0)
+    /// The service thread, once started.
+    private var serviceThread: JoinableThread?
     private let threadStarted = LockedBox(false)
 
     /// The protocol of the epoll set, adopted as a raw file.
@@ -170,7 +172,7 @@ package final class CarrierLoop: @unchecked Sendable {
         watch(fd: timer, tag: Self.timerTag, events: EPOLLIN.rawValue)
 
         threadStarted.withLock { $0 = true }
-        PThread.start(name: "cfat carrier", stackSize: 1 << 20) { [self] in
+        serviceThread = JoinableThread.start(name: "cfat carrier", stackSize: 1 << 20) { [self] in
             // A write to a socket whose peer is gone raises SIGPIPE in the writing thread. OpenSSL
             // writes without MSG_NOSIGNAL, so this thread blocks the signal (the write then fails
             // with EPIPE) instead of the library changing the process's disposition.
@@ -268,6 +270,9 @@ package final class CarrierLoop: @unchecked Sendable {
         while finished.wait(timeout: .now() + .milliseconds(200)) == .timedOut {
             wake()
         }
+        // Until the thread is gone, OpenSSL's per-thread cleanup included: a process that exits
+        // right after must not race it.
+        serviceThread?.join()
         threadStarted.withLock { $0 = false }
     }
 

@@ -91,10 +91,15 @@ package enum PThread {
     @discardableResult
     package static func start(name: String, stackSize: Int? = nil,
                               _ body: @escaping @Sendable () -> Void) -> Bool {
+        create(name: name, stackSize: stackSize, detached: true, body) != nil
+    }
+
+    /// Creates the thread; its handle, or nil when it could not be created.
+    static func create(name: String, stackSize: Int?, detached: Bool, _ body: @escaping @Sendable () -> Void) -> pthread_t? {
         var attributes = pthread_attr_t()
-        guard pthread_attr_init(&attributes) == 0 else { return false }
+        guard pthread_attr_init(&attributes) == 0 else { return nil }
         defer { pthread_attr_destroy(&attributes) }
-        _ = pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        _ = pthread_attr_setdetachstate(&attributes, Int32(detached ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE))
         if let stackSize {
             _ = pthread_attr_setstacksize(&attributes, max(stackSize, Int(PTHREAD_STACK_MIN)))
         }
@@ -108,9 +113,48 @@ package enum PThread {
         }, context.toOpaque())
         guard rc == 0 else {
             context.release()
-            return false
+            return nil
         }
-        return true
+        return thread
+    }
+}
+
+/// A thread that can be waited for until it has ended, thread-local destructors included.
+/// OpenSSL frees a thread's state from such a destructor; a process that exits while one of
+/// our threads is still on its way out runs OpenSSL's exit-time cleanup at the same time, and
+/// the two free the same memory (seen as "double free or corruption" at exit). Stopping with
+/// ``join()`` leaves no thread behind.
+package final class JoinableThread: @unchecked Sendable {
+    private let handle: pthread_t
+    private let lock = PThreadMutex()
+    private var settled = false
+
+    private init(handle: pthread_t) { self.handle = handle }
+
+    /// Starts `body` on a new thread (see ``PThread/start(name:stackSize:_:)``); nil when the
+    /// thread could not be created.
+    package static func start(name: String, stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) -> JoinableThread? {
+        guard let handle = PThread.create(name: name, stackSize: stackSize, detached: false, body) else { return nil }
+        return JoinableThread(handle: handle)
+    }
+
+    /// Waits until the thread has ended. Called on the thread itself (its last reference let go
+    /// there), it detaches the thread instead. Idempotent.
+    package func join() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !settled else { return }
+        settled = true
+        if pthread_equal(handle, pthread_self()) != 0 {
+            _ = pthread_detach(handle)
+        } else {
+            _ = pthread_join(handle, nil)
+        }
+    }
+
+    deinit {
+        // Never joined: its resources go back once it ends.
+        if !settled { _ = pthread_detach(handle) }
     }
 }
 

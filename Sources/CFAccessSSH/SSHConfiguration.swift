@@ -1,3 +1,5 @@
+import SystemPackage
+
 extension SSHSession {
     /// How a session checks the server and how long it waits: the host-key delegate (required,
     /// as swift-nio-ssh requires one), the time each request may take and the keepalives.
@@ -29,6 +31,13 @@ extension SSHSession {
         /// this machine. Such a session runs on libssh, since libssh2 1.10 cannot accept the
         /// agent's channels (see ``SSHSession``).
         public var agentForwarding: String?
+        /// Opens a second connection to the same SSH server (for the tool: a second tunnel
+        /// stream), on which ``SSHSession/handshake()`` reads the server's host certificate when
+        /// the host-key delegate asks for certificates (a `@cert-authority` line names the host):
+        /// neither linked library takes a certificate in its own key exchange. nil, the default:
+        /// no certificate is read, and the plain key alone is judged. A connection that cannot be
+        /// opened (nil) or a server with no certificate leaves the plain key too.
+        public var hostCertificateConnection: (@Sendable () async -> SSHCertificateConnection?)?
         /// The SSH library to run on, chosen by hand (tests); nil: as ``opensTerminal`` says.
         package var engine: SSHEngineKind?
 
@@ -113,5 +122,21 @@ extension Duration {
     var seconds: Double {
         let parts = components
         return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+}
+
+/// A second connection to a session's SSH server, from
+/// ``SSHSession/Configuration/hostCertificateConnection``: the socket, and how to close it with
+/// whatever carries it (a tunnel).
+public struct SSHCertificateConnection: Sendable {
+    /// A connected stream socket to the server.
+    public let fileDescriptor: FileDescriptor
+    /// Closes the socket and what carries it; called once the certificate was read.
+    public let close: @Sendable () async -> Void
+
+    /// A connection on `fileDescriptor`, closed by `close`.
+    public init(fileDescriptor: FileDescriptor, close: @escaping @Sendable () async -> Void) {
+        self.fileDescriptor = fileDescriptor
+        self.close = close
     }
 }

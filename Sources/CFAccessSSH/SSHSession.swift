@@ -76,8 +76,13 @@ public final class SSHSession: Sendable {
     /// server whose key was not accepted.
     ///
     /// Before the key exchange the delegate's ``SSHHostKeyDelegate/preferredHostKeyAlgorithms()``
-    /// (the types known for the host) are asked for first; host certificates and DSA keys are
-    /// never asked for. What the server sends before its SSH identification is bounded as in
+    /// (the types known for the host) are asked for first; DSA keys are never asked for. When the
+    /// preferred list holds certificate algorithms (``KnownHostsVerifier``: a `@cert-authority`
+    /// line names the host) and ``Configuration/hostCertificateConnection`` is set, the server's
+    /// host certificate is read on that second connection first (neither linked library takes
+    /// one in its key exchange), and the delegate is given the certificate instead of the plain
+    /// key when it certifies exactly the key this session's key exchange proved; the certificate
+    /// is then also ``hostKey``. What the server sends before its SSH identification is bounded as in
     /// OpenSSH (lines of at most 8192 bytes, at most 1024 of them, all within the timeout): a
     /// peer that is not an SSH server is said to be one.
     @discardableResult

@@ -19,8 +19,17 @@ public struct SSHHostKey: Sendable, Equatable {
     /// `ecdsa-sha2-nistp256`, …); empty if the blob is malformed.
     public var algorithm: String { SSHPublicKeyBlob.algorithm(blob) }
 
-    /// The name OpenSSH shows for the key type: `ED25519`, `RSA`, `ECDSA`, `DSA`.
+    /// Whether the key is an OpenSSH certificate (`…-cert-v01@openssh.com`).
+    public var isCertificate: Bool { algorithm.hasSuffix(HostKeyAlgorithms.certificateSuffix) }
+
+    /// The name OpenSSH shows for the key type: `ED25519`, `RSA`, `ECDSA`, `DSA`; `ED25519-CERT`
+    /// and the like for certificates.
     public var displayType: String {
+        if isCertificate { return Self.displayType(of: String(algorithm.dropLast(HostKeyAlgorithms.certificateSuffix.count))) + "-CERT" }
+        return Self.displayType(of: algorithm)
+    }
+
+    private static func displayType(of algorithm: String) -> String {
         switch algorithm {
         case "ssh-ed25519": return "ED25519"
         case "ssh-rsa": return "RSA"

@@ -8,9 +8,10 @@ final class SessionThread: @unchecked Sendable {
     private let condition = PThreadCondition()
     private var jobs: [() -> Void] = []
     private var stopping = false
+    private var thread: JoinableThread?
 
     init(name: String) {
-        PThread.start(name: name) { [self] in loop() }
+        thread = JoinableThread.start(name: name) { [self] in loop() }
     }
 
     /// Runs `job` on the thread after the jobs already submitted. After `stop()` the job is
@@ -43,12 +44,14 @@ final class SessionThread: @unchecked Sendable {
         return try result.get()
     }
 
-    /// Ends the thread once the jobs already submitted have run.
+    /// Ends the thread once the jobs already submitted have run, and waits until it is gone
+    /// (see ``JoinableThread``); on the thread itself, it only asks.
     func stop() {
         condition.lock()
         stopping = true
         condition.signal()
         condition.unlock()
+        thread?.join()
     }
 
     private func loop() {

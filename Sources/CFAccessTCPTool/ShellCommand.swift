@@ -543,7 +543,7 @@ struct SSHSessionOptions: ParsableArguments {
                                valueName: "[bind_address:]port"))
     var dynamicForwards: [String] = []
 
-    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L, -D, -R), like ssh -N.")
+    @Flag(name: .customShort("N"), help: "Run no command, only forward ports (-L -D -R), like ssh -N.")
     var noCommand = false
 
     @Option(name: .customLong("tmux"), help: "Run `tmux new-session -A -s NAME` remotely, so a reconnect puts you back in the same session.")

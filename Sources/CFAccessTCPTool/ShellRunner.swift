@@ -179,6 +179,9 @@ final class ShellRunner {
             }
             var configuration = session
             configuration.engine = engine?.kind
+            // A host certificate is read on a second tunnel to the same host (neither SSH library
+            // takes one in its key exchange); not through -J, whose one channel carries the session.
+            if jump == nil { configuration.hostCertificateConnection = certificateConnection() }
             do {
                 let ssh: SSHSession
                 if let jump {
@@ -205,6 +208,26 @@ final class ShellRunner {
                 }
                 engine = SSHEngineChoice(.libssh, .rsaServer)
                 logger.debug("the session runs on \(engine!.explanation): \(error.message)")
+            }
+        }
+    }
+
+    /// Opens a second tunnel stream to the host, for the session to read the host certificate
+    /// on: nil (logged) when it cannot be opened.
+    private func certificateConnection() -> @Sendable () async -> SSHCertificateConnection? {
+        let (options, hostname, method, logger) = (settings.options, settings.hostname, settings.method, logger)
+        return {
+            let tunnel = AccessTunnel(options: options, logger: logger, transport: LiveTunnelTransport(logger: logger))
+            do {
+                let stream = try await tunnel.openStream(hostname: hostname, method: method)
+                return SSHCertificateConnection(fileDescriptor: stream.fileDescriptor) {
+                    stream.close()
+                    await tunnel.disconnect()
+                }
+            } catch {
+                logger.debug("no second tunnel to read the host certificate on: \(error.message)")
+                await tunnel.disconnect()
+                return nil
             }
         }
     }

@@ -156,8 +156,8 @@ struct ShellParityTests {
             #expect(try Data(contentsOf: URL(fileURLWithPath: local.path + suffix)) == bytes, "\(flags)")
         }
         // What scp and sftp never pass is refused, not ignored.
-        let agent = try world.run(.command, ["-o", "ForwardAgent=yes"])
-        #expect(agent.status == 64 && agent.stderr.contains("ForwardAgent yes is not supported"), "\(agent.stderr)")
+        let x11 = try world.run(.command, ["-o", "ForwardX11=yes"])
+        #expect(x11.status == 64 && x11.stderr.contains("ForwardX11 yes is not supported"), "\(x11.stderr)")
     }
 
     // MARK: Point 3: -J / ProxyJump

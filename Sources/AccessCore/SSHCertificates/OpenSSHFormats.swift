@@ -10,16 +10,21 @@ package struct OpenSSHFormatError: Error, Sendable, Equatable, CustomStringConve
 }
 
 /// Reads the SSH wire encoding (RFC 4251 §5): `uint32`, `uint64`, `string`.
-struct SSHWireReader {
+package struct SSHWireReader {
     private let bytes: [UInt8]
     private var offset = 0
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    /// A reader at the start of `bytes`.
+    package init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// Whether every byte was read.
-    var isAtEnd: Bool { offset == bytes.count }
+    package var isAtEnd: Bool { offset == bytes.count }
 
-    mutating func uint32() throws(OpenSSHFormatError) -> UInt32 {
+    /// How many bytes were read.
+    package var position: Int { offset }
+
+    /// A big-endian `uint32`.
+    package mutating func uint32() throws(OpenSSHFormatError) -> UInt32 {
         guard bytes.count - offset >= 4 else { throw OpenSSHFormatError("it ends inside a number") }
         var value: UInt32 = 0
         for byte in bytes[offset..<(offset + 4)] { value = value << 8 | UInt32(byte) }
@@ -27,20 +32,23 @@ struct SSHWireReader {
         return value
     }
 
-    mutating func uint64() throws(OpenSSHFormatError) -> UInt64 {
+    /// A big-endian `uint64`.
+    package mutating func uint64() throws(OpenSSHFormatError) -> UInt64 {
         let high = try uint32()
         let low = try uint32()
         return UInt64(high) << 32 | UInt64(low)
     }
 
-    mutating func string() throws(OpenSSHFormatError) -> [UInt8] {
+    /// A `string`: its bytes.
+    package mutating func string() throws(OpenSSHFormatError) -> [UInt8] {
         let length = Int(try uint32())
         guard bytes.count - offset >= length else { throw OpenSSHFormatError("a field is longer than the data") }
         defer { offset += length }
         return Array(bytes[offset..<(offset + length)])
     }
 
-    mutating func text() throws(OpenSSHFormatError) -> String {
+    /// A `string` that must be UTF-8.
+    package mutating func text() throws(OpenSSHFormatError) -> String {
         let raw = try string()
         guard let text = String(validating: raw, as: UTF8.self) else { throw OpenSSHFormatError("a name is not UTF-8") }
         return text
@@ -48,16 +56,32 @@ struct SSHWireReader {
 }
 
 /// Writes the SSH wire encoding.
-struct SSHWireWriter {
-    private(set) var bytes: [UInt8] = []
+package struct SSHWireWriter {
+    /// What was written.
+    package private(set) var bytes: [UInt8] = []
 
-    mutating func string(_ value: [UInt8]) {
-        let length = UInt32(value.count)
-        bytes += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+    /// An empty writer.
+    package init() {}
+
+    /// A big-endian `uint32`.
+    package mutating func uint32(_ value: UInt32) {
+        bytes += [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+    }
+
+    /// One byte.
+    package mutating func byte(_ value: UInt8) { bytes.append(value) }
+
+    /// Bytes as they are.
+    package mutating func raw(_ value: [UInt8]) { bytes += value }
+
+    /// A `string` of `value`'s bytes.
+    package mutating func string(_ value: [UInt8]) {
+        uint32(UInt32(value.count))
         bytes += value
     }
 
-    mutating func string(_ value: String) { string(Array(value.utf8)) }
+    /// A `string` of `value`'s UTF-8.
+    package mutating func string(_ value: String) { string(Array(value.utf8)) }
 }
 
 /// An OpenSSH public key as in `authorized_keys` and `*.pub` files: `type base64(blob) [comment]`.
@@ -104,8 +128,10 @@ package struct OpenSSHPublicKey: Sendable, Equatable {
     }
 }
 
-/// The fields of an OpenSSH certificate (PROTOCOL.certkeys) that a client acts on. The
-/// signature is the server's to check (sshd, against `TrustedUserCAKeys`), not ours.
+/// The fields of an OpenSSH certificate (PROTOCOL.certkeys) that a client acts on. A user
+/// certificate's signature is the server's to check (sshd, against `TrustedUserCAKeys`); a host
+/// certificate's is the client's (against known_hosts' `@cert-authority` lines): ``signatureKey``,
+/// ``signature`` and ``signedBytes`` are what that check needs.
 package struct OpenSSHCertificate: Sendable, Equatable {
     /// `…-cert-v01@openssh.com`.
     package let type: String
@@ -123,9 +149,19 @@ package struct OpenSSHCertificate: Sendable, Equatable {
     package let validAfter: UInt64
     /// Valid until, exclusive (seconds since 1970; `UInt64.max` = forever).
     package let validBefore: UInt64
+    /// The names of the critical options (none are defined for host certificates).
+    package var criticalOptions: [String] = []
+    /// The CA's public key (an SSH key blob).
+    package var signatureKey: [UInt8] = []
+    /// The CA's signature (`string algorithm, string blob`).
+    package var signature: [UInt8] = []
+    /// What the signature covers: the certificate up to the signature field.
+    package var signedBytes: [UInt8] = []
 
     /// A user certificate.
     package static let userCertificate: UInt32 = 1
+    /// A host certificate.
+    package static let hostCertificate: UInt32 = 2
 
     /// The end of validity as a date (nil for "forever").
     package var expiresAt: Date? {
@@ -143,8 +179,17 @@ package struct OpenSSHCertificate: Sendable, Equatable {
         guard let blob = Base64.decode(String(fields[1]), alphabet: .standard) else {
             throw OpenSSHFormatError("the base64 part does not decode")
         }
+        var inside = SSHWireReader(blob)
+        guard try inside.text() == type else { throw OpenSSHFormatError("the certificate inside is of another type") }
+        return try parse(blob: blob)
+    }
+
+    /// Reads a certificate blob (SSH wire format), as a server presents it as its host key.
+    package static func parse(blob: [UInt8]) throws(OpenSSHFormatError) -> OpenSSHCertificate {
         var reader = SSHWireReader(blob)
-        guard try reader.text() == type else { throw OpenSSHFormatError("the certificate inside is of another type") }
+        let type = try reader.text()
+        let suffix = "-cert-v01@openssh.com"
+        guard type.hasSuffix(suffix) else { throw OpenSSHFormatError("\(Display.quoted(type, limit: 60)) is not an OpenSSH certificate type") }
         _ = try reader.string()   // nonce
         let keyType = String(type.dropLast(suffix.count))
         var key = SSHWireWriter()
@@ -171,14 +216,25 @@ package struct OpenSSHCertificate: Sendable, Equatable {
         while !principalsReader.isAtEnd { principals.append(try principalsReader.text()) }
         let validAfter = try reader.uint64()
         let validBefore = try reader.uint64()
-        _ = try reader.string()   // critical options
+        var optionsReader = SSHWireReader(try reader.string())
+        var criticalOptions: [String] = []
+        while !optionsReader.isAtEnd {
+            criticalOptions.append(try optionsReader.text())
+            _ = try optionsReader.string()   // its data
+        }
         _ = try reader.string()   // extensions
         _ = try reader.string()   // reserved
-        _ = try reader.string()   // signature key
-        _ = try reader.string()   // signature
+        let signatureKey = try reader.string()
+        let signedBytes = Array(blob[..<reader.position])
+        let signature = try reader.string()
         guard reader.isAtEnd else { throw OpenSSHFormatError("it has bytes after the signature") }
-        return OpenSSHCertificate(type: type, publicKey: OpenSSHPublicKey(type: keyType, blob: key.bytes),
-                                  serial: serial, certificateType: certificateType, keyID: keyID,
-                                  principals: principals, validAfter: validAfter, validBefore: validBefore)
+        var certificate = OpenSSHCertificate(type: type, publicKey: OpenSSHPublicKey(type: keyType, blob: key.bytes),
+                                             serial: serial, certificateType: certificateType, keyID: keyID,
+                                             principals: principals, validAfter: validAfter, validBefore: validBefore)
+        certificate.criticalOptions = criticalOptions
+        certificate.signatureKey = signatureKey
+        certificate.signature = signature
+        certificate.signedBytes = signedBytes
+        return certificate
     }
 }

@@ -33,7 +33,7 @@ package struct OpenSSLRS256Verifier: SignatureVerifier {
     }
 
     /// An RSA public key from big-endian `n` and `e`.
-    private static func makeKey(modulus: [UInt8], exponent: [UInt8]) -> OpaquePointer? {
+    static func makeKey(modulus: [UInt8], exponent: [UInt8]) -> OpaquePointer? {
         // OSSL_PARAM_construct_BN takes native-endian (little-endian here) magnitudes, and
         // keeps pointers to the names: give it C strings that outlive the call.
         var n = Array(modulus.reversed())

@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import FoundationEssentials
 #if canImport(Glibc)
@@ -73,11 +74,11 @@ enum AgentWire {
     /// The identities of an identities answer (`body` starts with its type), or nil if malformed.
     static func parseIdentities(_ body: [UInt8]) -> [(blob: [UInt8], comment: [UInt8])]? {
         guard body.first == identitiesAnswer else { return nil }
-        var reader = SSHWireReader(body[1...])
-        guard let count = reader.uint32(), count <= 4096 else { return nil }
+        var reader = SSHWireReader(Array(body[1...]))
+        guard let count = try? reader.uint32(), count <= 4096 else { return nil }
         var list: [(blob: [UInt8], comment: [UInt8])] = []
         for _ in 0..<count {
-            guard let blob = reader.string(), let comment = reader.string() else { return nil }
+            guard let blob = try? reader.string(), let comment = try? reader.string() else { return nil }
             list.append((blob, comment))
         }
         return list
@@ -108,30 +109,6 @@ enum AgentWire {
             throw SSHFailure(.localIO, "the ssh-agent's list of keys is malformed")
         }
         return identities.map { SSHAgentIdentity(publicKey: $0.blob, comment: ServerText.visible($0.comment)) }
-    }
-}
-
-/// Reads SSH wire fields (RFC 4251 §5) from bytes.
-struct SSHWireReader {
-    private var bytes: ArraySlice<UInt8>
-
-    init(_ bytes: ArraySlice<UInt8>) {
-        self.bytes = bytes
-    }
-
-    mutating func uint32() -> UInt32? {
-        guard bytes.count >= 4 else { return nil }
-        let start = bytes.startIndex
-        let value = UInt32(bytes[start]) << 24 | UInt32(bytes[start + 1]) << 16 | UInt32(bytes[start + 2]) << 8 | UInt32(bytes[start + 3])
-        bytes = bytes.dropFirst(4)
-        return value
-    }
-
-    mutating func string() -> [UInt8]? {
-        guard let length = uint32(), Int(length) <= bytes.count else { return nil }
-        let value = Array(bytes.prefix(Int(length)))
-        bytes = bytes.dropFirst(Int(length))
-        return value
     }
 }
 

@@ -5,18 +5,29 @@ import FoundationEssentials
 
 /// Which host-key algorithms the session asks for, in which order (issue 16 point 1): those of
 /// the key types already known for the host first, as OpenSSH does, then the others in
-/// OpenSSH's order. Host certificates are never asked for (our known_hosts rules do not check
-/// them against `@cert-authority` lines), nor DSA.
+/// OpenSSH's order. The preferred list holds the certificate algorithms (``certificateOrder``)
+/// when a `@cert-authority` line names the host: neither library takes them in its key exchange
+/// (``HostCertificateProbe`` reads the certificate on a connection of its own), so they are
+/// dropped from what a library offers. DSA is never asked for.
 package enum HostKeyAlgorithms {
+    /// What every certificate algorithm's name ends with.
+    package static let certificateSuffix = "-cert-v01@openssh.com"
+
+    /// OpenSSH's order of host-certificate algorithms.
+    package static let certificateOrder = ["ssh-ed25519-cert-v01@openssh.com", "ecdsa-sha2-nistp256-cert-v01@openssh.com",
+                                           "ecdsa-sha2-nistp384-cert-v01@openssh.com", "ecdsa-sha2-nistp521-cert-v01@openssh.com",
+                                           "rsa-sha2-512-cert-v01@openssh.com", "rsa-sha2-256-cert-v01@openssh.com"]
+
     /// OpenSSH's order of plain host-key algorithms; `ssh-rsa` (SHA-1) last, for old servers and
     /// for libssh2 1.10, which verifies RSA host keys with nothing else.
     package static let openSSHOrder = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
                                        "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
 
     /// The algorithms that verify keys of the known_hosts `types` (`ssh-ed25519`, `ssh-rsa`,
-    /// `ecdsa-sha2-nistp256`, …), in OpenSSH's order.
-    package static func preferred(forKnownTypes types: Set<String>) -> [String] {
-        openSSHOrder.filter { algorithm in
+    /// `ecdsa-sha2-nistp256`, …), in OpenSSH's order; every certificate algorithm first when a
+    /// CA is trusted for the host (`certificateAuthority`).
+    package static func preferred(forKnownTypes types: Set<String>, certificateAuthority: Bool = false) -> [String] {
+        (certificateAuthority ? certificateOrder : []) + openSSHOrder.filter { algorithm in
             switch algorithm {
             case "rsa-sha2-512", "rsa-sha2-256": return types.contains("ssh-rsa")
             default: return types.contains(algorithm)

@@ -1,3 +1,4 @@
+import AccessCore
 import AccessTransport
 import CFAccessTCP
 import FoundationEssentials
@@ -76,11 +77,43 @@ final class SSHSessionCore<Engine: SSHEngine>: SessionCalls, @unchecked Sendable
     // MARK: Handshake
 
     func handshake() async throws(SSHFailure) -> SSHHostKey {
-        let preferred = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms()
-        let key = try await onThread { core throws(SSHFailure) in try core.handshakeOnThread(preferring: preferred) }
+        var preferred = await configuration.hostKeyDelegate.preferredHostKeyAlgorithms()
+        // Host certificates asked for: read on a connection of their own (HostCertificateProbe),
+        // and the certified key's type asked for first, so the server presents that key.
+        var certificate: (blob: [UInt8], key: [UInt8])?
+        if let open = configuration.hostCertificateConnection,
+           preferred?.contains(where: { $0.hasSuffix(HostKeyAlgorithms.certificateSuffix) }) == true {
+            certificate = await readCertificate(open)
+            if let certificate {
+                let type = SSHPublicKeyBlob.algorithm(certificate.key)
+                preferred = HostKeyAlgorithms.preferred(forKnownTypes: [type]) + (preferred ?? [])
+            }
+        }
+        let plain = try await onThread { [preferred] core throws(SSHFailure) in try core.handshakeOnThread(preferring: preferred) }
+        // The certificate stands for the key only when it certifies the key this exchange proved.
+        var key = plain
+        if let certificate, certificate.key == plain.blob {
+            key = SSHHostKey(blob: certificate.blob, sha256: Digest.sha256(certificate.blob))
+        }
         try await configuration.hostKeyDelegate.validateHostKey(key)
         validatedKey.withLock { $0 = key }
         return key
+    }
+
+    /// The server's host certificate and the key it certifies, read on a second connection;
+    /// nil when there is none (never fatal: the plain key is judged then).
+    private func readCertificate(_ open: @Sendable () async -> SSHCertificateConnection?) async -> (blob: [UInt8], key: [UInt8])? {
+        guard let connection = await open() else { return nil }
+        let fd = connection.fileDescriptor.rawValue
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        let deadline = Date(timeIntervalSinceNow: configuration.timeout.seconds)
+        let read = await withCheckedContinuation { (done: CheckedContinuation<Result<[UInt8], SSHFailure>, Never>) in
+            let started = PThread.start(name: "ssh cert probe") { done.resume(returning: HostCertificateProbe.run(fd: fd, until: deadline)) }
+            if !started { done.resume(returning: .failure(SSHFailure(.localIO, "no thread for the certificate probe"))) }
+        }
+        await connection.close()
+        guard case .success(let blob) = read, let parsed = try? OpenSSHCertificate.parse(blob: blob) else { return nil }
+        return (blob, parsed.publicKey.blob)
     }
 
     private func handshakeOnThread(preferring preferred: [String]?) throws(SSHFailure) -> SSHHostKey {

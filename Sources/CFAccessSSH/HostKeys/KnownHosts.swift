@@ -14,9 +14,8 @@ import Glibc
 /// the embedded mode the host is the Access hostname, since the SSH server's own address is
 /// never seen.
 ///
-/// Host certificates are not negotiated (the client never asks for them), so an `@cert-authority`
-/// line never vouches for a key: as in OpenSSH when a server presents a plain key, such lines
-/// do not apply.
+/// An `@cert-authority` line vouches for the host certificates its key signed (checked by
+/// ``KnownHostsVerifier``); for a plain key, as in OpenSSH, such lines do not apply.
 ///
 /// OpenSSH reads several files: the user's (`UserKnownHostsFile`, `~/.ssh/known_hosts` and
 /// `~/.ssh/known_hosts2`) and the system's (`GlobalKnownHostsFile`, ``systemPaths``), and judges a
@@ -170,6 +169,11 @@ public struct KnownHosts: Sendable {
             positive = true
         }
         return positive
+    }
+
+    /// Whether one pattern (`*` and `?` wildcards, case-insensitive) matches all of `name`.
+    package static func wildcard(_ pattern: Substring, matches name: String) -> Bool {
+        glob(Array(pattern.lowercased().unicodeScalars)[...], Array(name.lowercased().unicodeScalars)[...])
     }
 
     /// `*` and `?` wildcard matching of all of `subject` by all of `pattern`.

@@ -1,3 +1,7 @@
+import AccessCore
+import AccessTransport
+import FoundationEssentials
+
 /// The ready ``SSHHostKeyDelegate``: OpenSSH's rules against its known_hosts files. A known key
 /// passes; a changed key is refused with OpenSSH's warning whatever the mode; an unknown key is
 /// refused, added, or asked about, by ``SSHHostKeyChecking``.
@@ -57,13 +61,16 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
     }
 
     /// The algorithms of the keys known_hosts names for the host (plain lines, not revoked), in
-    /// OpenSSH's order, so the key exchange asks for a known key first; nil when the host is
-    /// not known (or the file cannot be read).
+    /// OpenSSH's order, so the key exchange asks for a known key first; every host-certificate
+    /// algorithm before them when a `@cert-authority` line names the host;
+    /// nil when the host is not known (or the file cannot be read).
     public func preferredHostKeyAlgorithms() async -> [String]? {
         guard let known = try? entries() else { return nil }
         let revoked = Set(known.filter { $0.marker == .revoked }.map(\.key.blob))
         let types = Set(known.filter { $0.marker == nil && !revoked.contains($0.key.blob) }.map(\.key.algorithm))
-        let algorithms = HostKeyAlgorithms.preferred(forKnownTypes: types)
+        // A revoked CA still asks for certificates, as in OpenSSH: the one presented is then refused.
+        let authority = known.contains { $0.marker == .certificateAuthority }
+        let algorithms = HostKeyAlgorithms.preferred(forKnownTypes: types, certificateAuthority: authority)
         return algorithms.isEmpty ? nil : algorithms
     }
 
@@ -80,12 +87,30 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
     /// Checks `hostKey` against the files and acts on the decision of ``SSHHostKeyChecking``'s
     /// rules: returns if trusted (appending the key when it was new and accepted), throws
     /// ``SSHFailure/Kind/hostKeyRejected`` otherwise.
-    public func validateHostKey(_ hostKey: SSHHostKey) async throws(SSHFailure) {
+    ///
+    /// A host certificate is trusted when a `@cert-authority` line for the host names its CA,
+    /// the CA's signature verifies and OpenSSH's rules find nothing wrong (`HostCertificateRules`). As in
+    /// OpenSSH, a certificate from a CA known_hosts does not name, or one that does not hold
+    /// (said through the prompt), is then judged as the plain key it certifies; a revoked CA or
+    /// key, or a signature that does not verify with the CA's key, is refused.
+    public func validateHostKey(_ presented: SSHHostKey) async throws(SSHFailure) {
         let knownHosts = configuration.knownHosts
-        let check = HostKeyCheck(checking: configuration.checking,
-                                 entryName: KnownHosts.entryName(host: configuration.host, port: configuration.port),
-                                 knownHostsPath: knownHosts.path, key: hostKey)
+        let entryName = KnownHosts.entryName(host: configuration.host, port: configuration.port)
         let known = try entries()
+        var hostKey = presented
+        if presented.isCertificate {
+            switch certificateDecision(presented, known: known, entryName: entryName) {
+            case .trusted:
+                return
+            case .refused(let notice):
+                await prompt?.show(notice)
+                throw HostKeyCheck.failed
+            case .plainKey(let key, let notice):
+                if let notice { await prompt?.show(notice) }
+                hostKey = key
+            }
+        }
+        let check = HostKeyCheck(checking: configuration.checking, entryName: entryName, knownHostsPath: knownHosts.path, key: hostKey)
         var action = check.decide(KnownHosts.verdict(for: hostKey, among: known), known: known)
         while true {
             switch action {
@@ -107,6 +132,44 @@ public struct KnownHostsVerifier: SSHHostKeyDelegate {
                 for notice in notices { await prompt?.show(notice) }
                 throw failure
             }
+        }
+    }
+
+    /// What a host certificate comes to.
+    private enum CertificateDecision {
+        case trusted
+        case refused(SSHHostKeyNotice)
+        /// Judge the certified key as a plain key, after showing the notice if any.
+        case plainKey(SSHHostKey, SSHHostKeyNotice?)
+    }
+
+    private func certificateDecision(_ presented: SSHHostKey, known: [KnownHosts.Entry], entryName: String) -> CertificateDecision {
+        guard let certificate = try? OpenSSHCertificate.parse(blob: presented.blob) else {
+            return .refused(.certificateRefused(entryName: entryName, key: presented,
+                                                reason: "The server's host certificate is malformed."))
+        }
+        let key = SSHHostKey(blob: certificate.publicKey.blob, sha256: Digest.sha256(certificate.publicKey.blob))
+        let revoked = known.filter { $0.marker == .revoked }.map(\.key.blob)
+        if revoked.contains(key.blob) || revoked.contains(certificate.signatureKey) {
+            return .refused(.revoked(entryName: entryName, key: revoked.contains(key.blob) ? key : presented))
+        }
+        guard known.contains(where: { $0.marker == .certificateAuthority && $0.key.blob == certificate.signatureKey }) else {
+            // "No matching CA found. Retry with plain key" (OpenSSH).
+            return .plainKey(key, nil)
+        }
+        switch SSHSignatureVerifier.check(signature: certificate.signature, data: certificate.signedBytes,
+                                          publicKey: certificate.signatureKey) {
+        case .invalid:
+            return .refused(.certificateRefused(entryName: entryName, key: presented, reason:
+                "The host certificate's signature does not verify with the CA key known_hosts names for \(entryName): "
+                + "someone could be impersonating the host."))
+        case .disallowed(let algorithm):
+            let name = ServerText.visible(algorithm, limit: 64)
+            return .plainKey(key, .certificateRefused(entryName: entryName, key: presented, reason:
+                "\(presented.displayType) certificate signed using disallowed signature algorithm \(name)"))
+        case .valid:
+            guard let problem = HostCertificateRules.problem(certificate, host: configuration.host, now: Date()) else { return .trusted }
+            return .plainKey(key, .certificateRefused(entryName: entryName, key: presented, reason: problem))
         }
     }
 }

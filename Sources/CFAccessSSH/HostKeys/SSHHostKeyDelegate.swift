@@ -131,6 +131,11 @@ public enum SSHHostKeyNotice: Sendable, Equatable {
     case revoked(entryName: String, key: SSHHostKey)
     /// The key is unknown and strict checking refuses it.
     case unknownRefused(SSHUnknownHostKey)
+    /// The server presented a host certificate from a CA known_hosts trusts for the host, and
+    /// the certificate does not hold: OpenSSH's `reason` (`Certificate invalid: expired`, …).
+    /// Unless the reason says the connection is refused, the certified key is then checked as a
+    /// plain key, as OpenSSH does.
+    case certificateRefused(entryName: String, key: SSHHostKey, reason: String)
 
     /// The notice in OpenSSH's words (one or more lines, no final newline).
     public var text: String {
@@ -175,6 +180,8 @@ public enum SSHHostKeyNotice: Sendable, Equatable {
             ].joined(separator: "\n")
         case .unknownRefused(let question):
             return "No \(question.key.displayType) host key is known for \(question.entryName) and you have requested strict checking."
+        case .certificateRefused(_, _, let reason):
+            return reason
         }
     }
 }

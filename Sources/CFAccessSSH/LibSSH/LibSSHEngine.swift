@@ -154,6 +154,8 @@ final class LibSSHEngine: SSHEngine, @unchecked Sendable {
     // MARK: Handshake
 
     func prepareHandshake(preferredHostKeys: [String]?) -> [String] {
+        // libssh 0.10's client drops certificate algorithms from the list it sends (the
+        // certificate is read on a connection of its own: HostCertificateProbe).
         let offered = HostKeyAlgorithms.preference(preferred: preferredHostKeys, supported: HostKeyAlgorithms.openSSHOrder)
         _ = ssh_options_set(raw, SSH_OPTIONS_HOSTKEYS, offered.joined(separator: ","))
         let ciphers = CipherAlgorithms.openSSHOrder.joined(separator: ",")

@@ -155,7 +155,10 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
     }
 
     func prepareHandshake(preferredHostKeys: [String]?) -> [String] {
-        let offered = HostKeyAlgorithms.preference(preferred: preferredHostKeys, supported: supportedAlgorithms(LIBSSH2_METHOD_HOSTKEY))
+        // libssh2 1.10 names ECDSA certificates, but only to sign with (user certificates): it
+        // cannot take a host's (HostCertificateProbe reads it on a connection of its own).
+        let hostKeys = supportedAlgorithms(LIBSSH2_METHOD_HOSTKEY).filter { !$0.hasSuffix(HostKeyAlgorithms.certificateSuffix) }
+        let offered = HostKeyAlgorithms.preference(preferred: preferredHostKeys, supported: hostKeys)
         if !offered.isEmpty { _ = libssh2_session_method_pref(raw, LIBSSH2_METHOD_HOSTKEY, offered.joined(separator: ",")) }
         for method in [LIBSSH2_METHOD_CRYPT_CS, LIBSSH2_METHOD_CRYPT_SC] {
             let ciphers = CipherAlgorithms.preference(supported: supportedAlgorithms(method))

@@ -41,7 +41,11 @@ final class SSHDFixture: @unchecked Sendable {
     ///
     /// `extraConfig` lines go first in sshd_config (sshd takes a keyword's first value), e.g.
     /// `RekeyLimit 1M`.
-    init(hostKeyType: String = "ed25519", trustedUserCA: String? = nil, extraConfig: String = "") throws {
+    ///
+    /// With `signHostKey`, sshd also presents a host certificate (`HostCertificate`): the closure
+    /// gets the host's public key file and returns the certificate file it made (ssh-keygen -s).
+    init(hostKeyType: String = "ed25519", trustedUserCA: String? = nil, extraConfig: String = "",
+         signHostKey: ((URL) throws -> URL)? = nil) throws {
         let sshdPath = which("sshd")
         try requireRealPart(sshdPath != nil, "OpenSSH server /usr/sbin/sshd (package openssh-server)")
         try requireRealPart(which("ssh") != nil, "OpenSSH client ssh (package openssh-client)")
@@ -79,6 +83,11 @@ final class SSHDFixture: @unchecked Sendable {
             }
             hostKeyPublicLine = "\(fields[0]) \(fields[1])"
             clientKeyPath = clientKey
+            let certificateLine = try signHostKey.map { sign in
+                let certificate = try sign(hostKey.appendingPathExtension("pub"))
+                try setMode(0o644, certificate)
+                return "HostCertificate \(certificate.path)\n"
+            } ?? ""
 
             // The port is free when chosen but may be taken before sshd binds
             // it: retry a few times on "Address already in use".
@@ -86,7 +95,7 @@ final class SSHDFixture: @unchecked Sendable {
             for _ in 0..<5 {
                 let candidate = try freeLoopbackPort()
                 let config = directory.appendingPathComponent("sshd_config")
-                var text = extraConfig + (extraConfig.isEmpty || extraConfig.hasSuffix("\n") ? "" : "\n")
+                var text = extraConfig + (extraConfig.isEmpty || extraConfig.hasSuffix("\n") ? "" : "\n") + certificateLine
                     + Self.config(port: candidate, hostKey: hostKey, directory: directory)
                 if let trustedUserCA {
                     let caFile = directory.appendingPathComponent("trusted_user_ca_keys")

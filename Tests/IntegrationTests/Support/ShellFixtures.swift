@@ -261,8 +261,8 @@ final class WebsockifyShellWorld: @unchecked Sendable {
     let websockify: WebsockifyFixture
     let home: URL
 
-    init() throws {
-        sshd = try SSHDFixture()
+    init(sshd given: SSHDFixture? = nil) throws {
+        sshd = try given ?? SSHDFixture()
         websockify = try WebsockifyFixture(target: "127.0.0.1:\(sshd.port)")
         home = try makeTempDir("cfat-known-hosts")
         try FileManager.default.createDirectory(at: home.appendingPathComponent(".ssh"), withIntermediateDirectories: true)
