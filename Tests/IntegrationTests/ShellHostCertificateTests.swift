@@ -46,12 +46,17 @@ struct ShellHostCertificateTests {
         return (result.status, result.stderr)
     }
 
+    /// A CA, sshd with a certificate it signed for the test host (valid now) behind websockify,
+    /// and the known_hosts file to use.
+    private func certifiedWorld() throws -> (Authority, WebsockifyShellWorld, URL) {
+        let authority = try Authority()
+        let world = try WebsockifyShellWorld(sshd: try SSHDFixture(signHostKey: authority.signer(principals: testHost, validity: "-5m:+1h")))
+        return (authority, world, world.file("known_hosts"))
+    }
+
     @Test("a host certificate from a CA named by @cert-authority logs in with strict checking and nothing else known, as OpenSSH's ssh does; nothing is added; on either library (the certificate is read on a second tunnel)", arguments: ShellEngine.allCases)
     func trustedByItsAuthority(engine: ShellEngine) throws {
-        let authority = try Authority()
-        let sshd = try SSHDFixture(signHostKey: authority.signer(principals: testHost, validity: "-5m:+1h"))
-        let world = try WebsockifyShellWorld(sshd: sshd)
-        let file = world.file("known_hosts")
+        let (authority, world, file) = try certifiedWorld()
         let text = "@cert-authority *.cfat.test \(authority.publicLine)\n"
         try text.write(to: file, atomically: true, encoding: .utf8)
         let result = try world.run(engine, ["--known-hosts", file.path, "-o", "GlobalKnownHostsFile=none",
@@ -91,10 +96,7 @@ struct ShellHostCertificateTests {
 
     @Test("a revoked CA refuses the certificate with OpenSSH's warning even with --accept-new; a CA known_hosts does not name leaves the plain key's rules", arguments: ShellEngine.allCases)
     func revokedAndUnknownAuthorities(engine: ShellEngine) throws {
-        let authority = try Authority()
-        let sshd = try SSHDFixture(signHostKey: authority.signer(principals: testHost, validity: "-5m:+1h"))
-        let world = try WebsockifyShellWorld(sshd: sshd)
-        let file = world.file("known_hosts")
+        let (authority, world, file) = try certifiedWorld()
         try "@cert-authority *.cfat.test \(authority.publicLine)\n@revoked * \(authority.publicLine)\n"
             .write(to: file, atomically: true, encoding: .utf8)
         let revoked = try world.run(engine, ["--known-hosts", file.path, "-o", "GlobalKnownHostsFile=none", "--accept-new"])
