@@ -38,13 +38,17 @@ package struct SSHEngineFeatures: Sendable, Equatable {
     package var sendsTerminalModes: Bool
     /// Whether the server's `auth-agent@openssh.com` channels can be accepted (agent forwarding).
     package var acceptsAgentChannels: Bool
+    /// Whether the server's pre-login banner reaches us (libssh2 1.10 drops it).
+    package var passesBanner: Bool
 
     /// Features of an engine.
-    package init(version: String, rsaSHA2: Bool, sendsTerminalModes: Bool = true, acceptsAgentChannels: Bool = true) {
+    package init(version: String, rsaSHA2: Bool, sendsTerminalModes: Bool = true, acceptsAgentChannels: Bool = true,
+                 passesBanner: Bool = true) {
         self.version = version
         self.rsaSHA2 = rsaSHA2
         self.sendsTerminalModes = sendsTerminalModes
         self.acceptsAgentChannels = acceptsAgentChannels
+        self.passesBanner = passesBanner
     }
 
     /// The engine of most sessions: libssh signs and verifies with rsa-sha2.

@@ -166,6 +166,9 @@ final class ShellRunner {
         if engine == nil {
             let choice = await SSHEngineChoice.forSession(configuration: session, authentication: authentication)
             logger.debug("the session runs on \(choice.explanation)")
+            if !choice.kind.features.passesBanner {
+                logger.debug("a pre-login banner is not shown: \(choice.kind.features.version) drops it (1.11 passes it on)")
+            }
             engine = choice
         }
         while true {

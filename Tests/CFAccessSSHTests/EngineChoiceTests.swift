@@ -34,6 +34,9 @@ struct EngineChoiceTests {
         let accepting = SSHEngineFeatures(version: "libssh2 9.9", rsaSHA2: true, acceptsAgentChannels: true)
         #expect(decide(agent: true, libssh2: accepting) == SSHEngineChoice(.libssh2, .terminalModes))
         #expect(!SSHEngineFeatures.libssh2.acceptsAgentChannels && SSHEngineFeatures.libssh.acceptsAgentChannels)
+        // The banner: libssh passes it on; libssh2 from 1.11 (libssh2_userauth_banner, looked up at run time).
+        #expect(SSHEngineFeatures.libssh.passesBanner)
+        #expect(SSHEngineFeatures.libssh2.passesBanner == (SSHEngineFeatures.libssh2.version >= "libssh2 1.11"))
         #expect(SSHEngineChoice(.libssh, .agentForwarding).explanation.contains("the agent is forwarded"))
     }
 

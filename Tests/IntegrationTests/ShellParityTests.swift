@@ -1,3 +1,4 @@
+import CFAccessSSH
 import Foundation
 import Testing
 #if canImport(Glibc)
@@ -300,6 +301,16 @@ struct ShellParityTests {
         #expect(!shown.stderr.contains("\u{1b}"), "no raw escape reaches the terminal")
         let quiet = try run(["-q"])
         #expect(quiet.status == 0 && !quiet.stderr.contains("Authorized use only"), "\(quiet.stderr)")
+        // A terminal session runs on libssh2 while libssh cannot send terminal modes: the banner
+        // is shown when the linked libssh2 passes it on (1.11), else -v says why it is not.
+        let terminal = try run(["-tt", "-v"])
+        #expect(terminal.status == 0, "\(terminal.stderr)")
+        if SSHEngineKind.libssh.sendsTerminalModes || SSHEngineFeatures.libssh2.passesBanner {
+            #expect(terminal.stderr.contains("Authorized use only."), "\(terminal.stderr)")
+        } else {
+            #expect(terminal.stderr.contains("a pre-login banner is not shown: \(SSHEngineFeatures.libssh2.version) drops it"),
+                    "\(terminal.stderr)")
+        }
     }
 
     @Test("what is not supported is refused in one line, never ignored: -X, -Y")

@@ -16,7 +16,8 @@ extension SSHEngineFeatures {
     /// the headers it was built with): rsa-sha2 from 1.11 on. It always sends terminal modes.
     package static let libssh2 = SSHEngineFeatures(
         version: "libssh2 " + (libssh2_version(0).map { String(cString: $0) } ?? "unknown"),
-        rsaSHA2: libssh2_version(0x010b00) != nil, sendsTerminalModes: true, acceptsAgentChannels: false)
+        rsaSHA2: libssh2_version(0x010b00) != nil, sendsTerminalModes: true, acceptsAgentChannels: false,
+        passesBanner: LibSSH2Engine.userauthBanner != nil)
 }
 
 /// libssh2's calls for ``SSHSessionCore``, for sessions that open a terminal while the linked
@@ -208,8 +209,22 @@ final class LibSSH2Engine: SSHEngine, @unchecked Sendable {
         return SSHAuthenticationMethods(names: String(cString: list).split(separator: ","))
     }
 
-    /// libssh2 1.10 reads the banner and drops it (libssh2_userauth_banner came in 1.11).
-    func issueBanner() -> String? { nil }
+    /// The banner through `libssh2_userauth_banner` (1.11 and later, looked up at run time);
+    /// libssh2 1.10 (Debian 12) reads the banner and drops it: nil.
+    func issueBanner() -> String? {
+        guard let userauthBanner = Self.userauthBanner else { return nil }
+        var banner: UnsafeMutablePointer<CChar>?
+        guard userauthBanner(raw, &banner) == 0, let banner else { return nil }
+        let text = ServerText.visible(String(cString: banner), newlines: true)
+        return text.isEmpty ? nil : text
+    }
+
+    /// `libssh2_userauth_banner` of libssh2 ≥ 1.11, looked up in the linked library (nil with 1.10).
+    typealias UserauthBanner = @convention(c) (OpaquePointer?, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32
+    static let userauthBanner: UserauthBanner? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "libssh2_userauth_banner") else { return nil }
+        return unsafeBitCast(symbol, to: UserauthBanner.self)
+    }()
 
     func offerPassword(user: String, password: String) throws(SSHFailure) {
         let rc = try retry("authenticating", until: deadline()) {
