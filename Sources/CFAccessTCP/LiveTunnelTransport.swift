@@ -47,6 +47,8 @@ package struct LiveTunnelTransport: TunnelTransport {
         let waiting = LockedBox<[Int32: Task<Void, Never>]>([:])
         // A connection handed back and not dialled again: closed, its slot freed, the line said.
         let giveUp: @Sendable (Int32, TunnelFailure) -> Void = { [report] fd, failure in
+            // Never served: a reset, so the local client does not take the end for a clean one.
+            FileDescriptors.resetOnClose(fd)
             FileDescriptors.close(fd)
             active.release(fd)
             report(failure.message)
@@ -70,7 +72,10 @@ package struct LiveTunnelTransport: TunnelTransport {
                         let mine = waiting.withLock { $0.removeValue(forKey: fd) } != nil
                         guard slept != nil, mine else {
                             // Cancelled by the listener's close, which closed the socket.
-                            if mine { FileDescriptors.close(fd) }
+                            if mine {
+                                FileDescriptors.resetOnClose(fd)
+                                FileDescriptors.close(fd)
+                            }
                             active.release(fd)
                             return
                         }
@@ -129,6 +134,7 @@ package struct LiveTunnelTransport: TunnelTransport {
             // Reserve the slot before the bridge exists, so a burst cannot overshoot the limit.
             guard active.reserve(fd, limit: limits.maxConcurrentConnections) else {
                 logger.info("refusing a local connection: \(limits.maxConcurrentConnections ?? 0) already open (maxConcurrentConnections)")
+                FileDescriptors.resetOnClose(fd)
                 FileDescriptors.close(fd)
                 return
             }
@@ -275,6 +281,7 @@ struct LiveServing: ServingTunnel {
             }
             for (fd, task) in pending {
                 task.cancel()
+                FileDescriptors.resetOnClose(fd)
                 FileDescriptors.close(fd)
             }
         }
