@@ -155,6 +155,10 @@ struct TCPCommand: AsyncParsableCommand {
         }
         defer { withExtendedLifetime(signals) {} }
         if settings.listens {
+            // Two descriptors per connection: the soft limit goes up toward the hard one first.
+            if let limits = ToolProcess.raiseDescriptorLimit() {
+                report.logger.debug("open-file limit \(limits.after) (it was \(limits.before))")
+            }
             try await serveListener(tunnel, settings: settings, listening: listening, stop: stop, report: report,
                                     environment: environment)
         } else {

@@ -44,6 +44,25 @@ enum ToolProcess {
         }
     }
 
+    /// The most descriptors a listener asks for: two per connection (the local socket and the
+    /// edge's), so about 32,000 connections. libwebsockets sizes its per-descriptor tables by the
+    /// limit (16 bytes each), so asking for a hard limit of a million would cost 16 MB for nothing.
+    static let listenerDescriptorCap = 65_536
+
+    /// Raises the soft limit on open files toward the hard limit, up to ``listenerDescriptorCap``
+    /// (a listener only: a shell `ulimit -n` of 1,024 would stop it near 500 connections).
+    /// Returns the limits before and after (nil when they cannot be read or changed).
+    static func raiseDescriptorLimit() -> (before: Int, after: Int)? {
+        var value = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &value) == 0 else { return nil }
+        let before = value.rlim_cur
+        let wanted = min(value.rlim_max, rlim_t(listenerDescriptorCap))
+        guard wanted > before else { return (Int(clamping: before), Int(clamping: before)) }
+        value.rlim_cur = wanted
+        guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &value) == 0 else { return nil }
+        return (Int(clamping: before), Int(clamping: wanted))
+    }
+
     static func refuseTooFewDescriptors() {
         guard let limit = FileDescriptors.limit, limit < minimumDescriptors else { return }
         writeStderr("cf-access-tcp: Too many open files (the limit is \(limit)): cf-access-tcp needs at least \(minimumDescriptors); raise the limit with `ulimit -n`")
