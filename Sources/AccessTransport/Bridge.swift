@@ -621,11 +621,7 @@ final class Bridge {
         } else if fd >= 0, handshake.handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
             loop.onEvent(.retryable(id: id, socket: fd, attempt: handshake.attempt, failure))
         } else {
-            if fd >= 0 {
-                // Never served: a reset, so the local client does not take the end for a clean one.
-                FileDescriptors.resetOnClose(fd)
-                Glibc.close(fd)
-            }
+            if fd >= 0 { FileDescriptors.closeUnserved(fd) }
             loop.onEvent(.failed(id: id, failure))
         }
         // The dial's socket is closed already (`failDial`), or was never opened.

@@ -237,9 +237,7 @@ package final class CarrierLoop: @unchecked Sendable {
             if handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
                 onEvent(.retryable(id: id, socket: fd, attempt: attempt, failure))
             } else {
-                // Never served: the local client sees a reset, not an end that looks clean.
-                FileDescriptors.resetOnClose(fd)
-                Glibc.close(fd)
+                FileDescriptors.closeUnserved(fd)
                 onEvent(.failed(id: id, failure))
             }
         }

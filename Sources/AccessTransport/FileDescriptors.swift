@@ -42,6 +42,14 @@ package enum FileDescriptors {
         _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, socklen_t(MemoryLayout<linger>.size))
     }
 
+    /// Closes a local connection its tunnel never served (the edge refused or could not be
+    /// dialled, retries spent, a limit, the listener stopping): with a reset, so its client reads
+    /// ECONNRESET instead of an end that looks clean, which would pass for an empty answer.
+    package static func closeUnserved(_ fd: Int32) {
+        resetOnClose(fd)
+        Glibc.close(fd)
+    }
+
     /// The bytes of the file at `path`, read to its end with read(2); nil (errno set) if it
     /// cannot be opened or read, or holds more than `limit` bytes (errno EFBIG). A character
     /// device reads as what it gives: `/dev/null` as an empty file (FileManager's

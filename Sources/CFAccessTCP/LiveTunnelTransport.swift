@@ -47,9 +47,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         let waiting = LockedBox<[Int32: Task<Void, Never>]>([:])
         // A connection handed back and not dialled again: closed, its slot freed, the line said.
         let giveUp: @Sendable (Int32, TunnelFailure) -> Void = { [report] fd, failure in
-            // Never served: a reset, so the local client does not take the end for a clean one.
-            FileDescriptors.resetOnClose(fd)
-            FileDescriptors.close(fd)
+            FileDescriptors.closeUnserved(fd)
             active.release(fd)
             report(failure.message)
             endIfIdle(.failedToOpen(failure))
@@ -72,10 +70,7 @@ package struct LiveTunnelTransport: TunnelTransport {
                         let mine = waiting.withLock { $0.removeValue(forKey: fd) } != nil
                         guard slept != nil, mine else {
                             // Cancelled by the listener's close, which closed the socket.
-                            if mine {
-                                FileDescriptors.resetOnClose(fd)
-                                FileDescriptors.close(fd)
-                            }
+                            if mine { FileDescriptors.closeUnserved(fd) }
                             active.release(fd)
                             return
                         }
@@ -134,8 +129,7 @@ package struct LiveTunnelTransport: TunnelTransport {
             // Reserve the slot before the bridge exists, so a burst cannot overshoot the limit.
             guard active.reserve(fd, limit: limits.maxConcurrentConnections) else {
                 logger.info("refusing a local connection: \(limits.maxConcurrentConnections ?? 0) already open (maxConcurrentConnections)")
-                FileDescriptors.resetOnClose(fd)
-                FileDescriptors.close(fd)
+                FileDescriptors.closeUnserved(fd)
                 return
             }
             guard let authorizer else {
@@ -199,7 +193,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         do throws(TunnelFailure) {
             (request, credential) = try await authorizer.request(rejected: rejected)
         } catch {
-            FileDescriptors.close(fd)
+            FileDescriptors.closeUnserved(fd)
             active.release(fd)
             report(error.message)
             onFailure(.failedToOpen(error))
@@ -281,8 +275,7 @@ struct LiveServing: ServingTunnel {
             }
             for (fd, task) in pending {
                 task.cancel()
-                FileDescriptors.resetOnClose(fd)
-                FileDescriptors.close(fd)
+                FileDescriptors.closeUnserved(fd)
             }
         }
         await LiveTunnelTransport.shutdown(loop)
