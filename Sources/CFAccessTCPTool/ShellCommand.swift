@@ -204,6 +204,17 @@ struct ShellCommand: AsyncParsableCommand {
         } catch {
             throw usageFailure(error.message)
         }
+        if account.printConfiguration {
+            // ssh -G: the resolved settings, one `keyword value` line each, and no connection.
+            print(ShellPlan.resolvedSettings(user: target.user, hostName: target.host, port: target.port,
+                                             identityFiles: account.identity + host.identityFiles,
+                                             userKnownHostsFiles: knownHostsFile.map { [$0] } ?? host.userKnownHostsFiles
+                                                 ?? KnownHosts.defaultUserPaths(environment: environment),
+                                             globalKnownHostsFiles: host.globalKnownHostsFiles ?? KnownHosts.systemPaths,
+                                             batchMode: host.batchMode == true, proxyJump: jumpTarget.map { "\($0.user)@\($0.host):\($0.port)" }),
+                  terminator: "")
+            throw ExitCode(0)
+        }
         if forgetPassword {
             throw ExitCode(await forget(target.account))
         }
@@ -486,6 +497,10 @@ struct ShellTarget: Sendable {
 struct SSHAccountOptions: ParsableArguments {
     @Flag(name: .customShort("v"), help: "Verbose, like ssh -v: debug lines on stderr (-vv the same; --loglevel and --logfile still win).")
     var verbose: Int
+
+    @Flag(name: .customShort("G"),
+          help: "Print the settings the session would use (ssh_config resolved: user, hostname, port, key and known_hosts files) and exit without connecting, like ssh -G (git asks its ssh program this way before it passes a port).")
+    var printConfiguration = false
 
     @Option(name: .customShort("J", allowingJoined: true),
             help: ArgumentHelp("Go through a jump host, like ssh -J: the tunnel reaches it (an Access-protected host), and its SSH server opens the way to the destination (ProxyJump in ssh_config).",

@@ -190,4 +190,18 @@ package enum ShellPlan {
         }
         return .socket(named)
     }
+
+    /// What `-G` prints, as ssh -G prints it: one lower-case `keyword value` line per setting
+    /// (a keyword repeated for each file), ending with a line end.
+    package static func resolvedSettings(user: String, hostName: String, port: Int, identityFiles: [String],
+                                         userKnownHostsFiles: [String], globalKnownHostsFiles: [String], batchMode: Bool,
+                                         proxyJump: String?) -> String {
+        var lines = ["user \(user)", "hostname \(hostName)", "port \(port)"]
+        lines += identityFiles.map { "identityfile \($0)" }
+        lines.append("userknownhostsfile " + userKnownHostsFiles.joined(separator: " "))
+        lines.append("globalknownhostsfile " + globalKnownHostsFiles.joined(separator: " "))
+        lines.append("batchmode \(batchMode ? "yes" : "no")")
+        if let proxyJump { lines.append("proxyjump \(proxyJump)") }
+        return lines.joined(separator: "\n") + "\n"
+    }
 }

@@ -134,4 +134,15 @@ struct ShellPlanTests {
         #expect(decide(false, true, socket: "$NONE") == .unavailable("ForwardAgent $NONE: the variable NONE is not set"))
         #expect(decide(false, true, socket: "~/a", environment: [:]) == .unavailable("ForwardAgent ~/a: HOME is not set"))
     }
+
+    @Test("-G prints the resolved settings as ssh -G: lower-case keyword lines, a keyword per key file, proxyjump only when set")
+    func resolvedSettings() {
+        let text = ShellPlan.resolvedSettings(user: "me", hostName: "ssh.example.com", port: 2222, identityFiles: ["/k/a", "/k/b"],
+                                              userKnownHostsFiles: ["/h/kh", "/h/kh2"], globalKnownHostsFiles: ["/etc/kh"],
+                                              batchMode: true, proxyJump: nil)
+        #expect(text == "user me\nhostname ssh.example.com\nport 2222\nidentityfile /k/a\nidentityfile /k/b\n"
+                + "userknownhostsfile /h/kh /h/kh2\nglobalknownhostsfile /etc/kh\nbatchmode yes\n")
+        #expect(ShellPlan.resolvedSettings(user: "u", hostName: "h", port: 22, identityFiles: [], userKnownHostsFiles: [],
+                                           globalKnownHostsFiles: [], batchMode: false, proxyJump: "j@jump:22").hasSuffix("proxyjump j@jump:22\n"))
+    }
 }

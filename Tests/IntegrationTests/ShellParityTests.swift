@@ -161,6 +161,41 @@ struct ShellParityTests {
         #expect(x11.status == 64 && x11.stderr.contains("ForwardX11 yes is not supported"), "\(x11.stderr)")
     }
 
+    @Test("git with a port (point 4): git asks its ssh program with -G first, which shell answers as ssh -G does (exit 0, no connection), then clones ssh://user@host:22/… through shell; the file arrives byte for byte")
+    func gitWithAPort() throws {
+        try requireRealPart(which("git") != nil, "git (package git)")
+        let world = try WebsockifyShellWorld()
+        let program = try sshProgram(world)
+        let probe = try run(program, ["-G", "\(world.sshd.keyUser)@\(testHost)"])
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("user \(world.sshd.keyUser)\nhostname \(testHost)\nport 22\n"), "\(probe.stdout)")
+        #expect(!world.sshd.logText.contains("Accepted publickey"), "-G connects to nothing")
+
+        // A repository the server's user owns (git refuses one of another owner).
+        let server = try makeTempDir("cfat-git")
+        defer { try? FileManager.default.removeItem(at: server) }
+        let work = server.appendingPathComponent("work")
+        let content = (0..<50_000).map { "line \($0)\n" }.joined()
+        let git = { (arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) in
+            try run("git", ["-c", "user.name=cfat", "-c", "user.email=cfat@example.invalid", "-c", "init.defaultBranch=main"] + arguments,
+                    env: ["HOME": world.home.path], timeout: 120)
+        }
+        #expect(try git(["init", "-q", work.path]).status == 0)
+        try content.write(to: work.appendingPathComponent("file.txt"), atomically: true, encoding: .utf8)
+        #expect(try git(["-C", work.path, "add", "file.txt"]).status == 0)
+        #expect(try git(["-C", work.path, "commit", "-q", "-m", "one"]).status == 0)
+        let bare = server.appendingPathComponent("repo.git")
+        #expect(try git(["clone", "-q", "--bare", work.path, bare.path]).status == 0)
+        #expect(try run("chown", ["-R", world.sshd.keyUser, server.path]).status == 0)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: server.path)
+
+        let clone = world.file("clone")
+        let cloned = try run("git", ["clone", "-q", "ssh://\(world.sshd.keyUser)@\(testHost):22\(bare.path)", clone.path],
+                             env: ["HOME": world.home.path, "GIT_SSH_COMMAND": program.path], timeout: 120)
+        #expect(cloned.status == 0, "\(cloned.stderr)")
+        #expect((try? String(contentsOf: clone.appendingPathComponent("file.txt"), encoding: .utf8)) == content)
+    }
+
     // MARK: Point 3: -J / ProxyJump
 
     @Test("-J (and ProxyJump): the tunnel reaches the jump host, whose sshd opens the way to the destination; both host keys checked and recorded, both logins made, the command's output and status come back", arguments: ShellEngine.allCases)
