@@ -199,7 +199,7 @@ final class ShellRunner {
                 for listener in listeners {
                     try await ssh.startForwarding(listener)
                 }
-                try await startRemoteForwards(on: ssh, first: first)
+                try await startRemoteForwards(on: ssh)
                 if first { progress("Connected to \(target.host).") }
                 return (tunnel, ssh)
             } catch {
@@ -237,7 +237,7 @@ final class ShellRunner {
 
     /// Asks the server for the `-R` forwards; the port it picked is said (as ssh says it), a
     /// refusal is a warning, or with `ExitOnForwardFailure` the end of the run.
-    private func startRemoteForwards(on ssh: SSHSession, first: Bool) async throws(SSHFailure) {
+    private func startRemoteForwards(on ssh: SSHSession) async throws(SSHFailure) {
         for forward in remoteForwards {
             let port: Int
             do {

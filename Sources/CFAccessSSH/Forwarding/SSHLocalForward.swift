@@ -61,13 +61,10 @@ public struct SSHLocalForward: Sendable, Equatable, CustomStringConvertible {
     /// Parses OpenSSH's `[bind_address:]port:host:hostport`; IPv6 addresses go in brackets
     /// (`[::1]:8080:[2001:db8::1]:80`). An empty or `*` bind address means every interface.
     public init(parsing specification: String) throws(SSHFailure) {
-        let bad = SSHFailure(.configuration, "Bad local forwarding specification '\(specification)'")
-        guard var fields = forwardingFields(specification), fields.count == 3 || fields.count == 4 else { throw bad }
-        let bind: String? = fields.count == 4 ? fields.removeFirst() : nil
-        guard let port = Int(fields[0]), (0...65535).contains(port),
-              !fields[1].isEmpty, !fields[1].contains(where: { $0.isWhitespace || $0.isNewline }),
-              let hostPort = Int(fields[2]), (1...65535).contains(hostPort) else { throw bad }
-        self.init(bindAddress: bind.map { $0.isEmpty ? "*" : $0 }, port: port, host: fields[1], hostPort: hostPort)
+        guard let fields = forwardingFields(specification), let parts = forwardingTarget(fields) else {
+            throw SSHFailure(.configuration, "Bad local forwarding specification '\(specification)'")
+        }
+        self.init(bindAddress: parts.bind, port: parts.port, host: parts.host, hostPort: parts.hostPort)
     }
 
     /// `[bind:]port:host:hostport`, as given to `-L`.
@@ -98,6 +95,18 @@ func forwardingFields(_ specification: String) -> [String]? {
     guard !bracketed else { return nil }
     fields.append(current)
     return fields
+}
+
+/// The parts of `[bind_address:]port:host:hostport` from its fields (``forwardingFields(_:)``):
+/// an empty or `*` bind address is `*` (every interface); nil when a part is missing or bad.
+func forwardingTarget(_ fields: [String]) -> (bind: String?, port: Int, host: String, hostPort: Int)? {
+    guard fields.count == 3 || fields.count == 4 else { return nil }
+    let bind: String? = fields.count == 4 ? fields[0] : nil
+    let rest = Array(fields.suffix(3))
+    guard let port = Int(rest[0]), (0...65535).contains(port),
+          !rest[1].isEmpty, !rest[1].contains(where: { $0.isWhitespace || $0.isNewline }),
+          let hostPort = Int(rest[2]), (1...65535).contains(hostPort) else { return nil }
+    return (bind.map { $0.isEmpty ? "*" : $0 }, port, rest[1], hostPort)
 }
 
 /// What happens to the connections of a forward, for a caller that reports them (OpenSSH

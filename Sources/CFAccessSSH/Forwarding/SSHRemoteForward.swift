@@ -39,17 +39,13 @@ public struct SSHRemoteForward: Sendable, Equatable, CustomStringConvertible {
     /// (`-R [bind_address:]port`, a SOCKS proxy served from here) is refused with a line saying so.
     public init(parsing specification: String) throws(SSHFailure) {
         let bad = SSHFailure(.configuration, "Bad remote forwarding specification '\(specification)'")
-        guard var fields = forwardingFields(specification) else { throw bad }
+        guard let fields = forwardingFields(specification) else { throw bad }
         if fields.count <= 2, let last = fields.last, Int(last) != nil {
             throw SSHFailure(.configuration, "Remote dynamic forwarding (-R '\(specification)', a SOCKS proxy served from here) is "
                              + "not supported: name the target, -R [bind_address:]port:host:hostport")
         }
-        guard fields.count == 3 || fields.count == 4 else { throw bad }
-        let bind: String? = fields.count == 4 ? fields.removeFirst() : nil
-        guard let port = Int(fields[0]), (0...65535).contains(port),
-              !fields[1].isEmpty, !fields[1].contains(where: { $0.isWhitespace || $0.isNewline }),
-              let hostPort = Int(fields[2]), (1...65535).contains(hostPort) else { throw bad }
-        self.init(bindAddress: bind.map { $0.isEmpty ? "*" : $0 }, port: port, host: fields[1], hostPort: hostPort)
+        guard let parts = forwardingTarget(fields) else { throw bad }
+        self.init(bindAddress: parts.bind, port: parts.port, host: parts.host, hostPort: parts.hostPort)
     }
 
     /// The address sent in the `tcpip-forward` request, as OpenSSH sends it: `localhost` for
