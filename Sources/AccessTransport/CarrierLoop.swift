@@ -73,7 +73,10 @@ package final class CarrierLoop: @unchecked Sendable {
     private static let timerTag = UInt64.max
 
     private let commands = LockedBox<[Command]>([])
-    private let ids = LockedBox(0)
+    /// Bridge ids, shared by the loops of one pool so that an id names one connection of all.
+    private let ids: LockedBox<Int>
+    /// Bridges handed to this loop and not yet ended, for the pool's choice of the least busy loop.
+    private let load = LockedBox(0)
     private let resolver = AddressResolver()
     private var bridges: [Int: Bridge] = [:]
     private var stopping = false
@@ -86,8 +89,15 @@ package final class CarrierLoop: @unchecked Sendable {
     static let rawProtocolName = "cfat-raw"
 
     /// Creates the loop; call `start()` before bridging.
-    package init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning = Tuning(),
-                onEvent: @escaping @Sendable (BridgeEvent) -> Void) {
+    package convenience init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning = Tuning(),
+                            onEvent: @escaping @Sendable (BridgeEvent) -> Void) {
+        self.init(configuration: configuration, logger: logger, tuning: tuning, ids: LockedBox(0), onEvent: onEvent)
+    }
+
+    /// A loop of a pool: its bridge ids come from `ids`, shared with the pool's other loops.
+    init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning, ids: LockedBox<Int>,
+         onEvent: @escaping @Sendable (BridgeEvent) -> Void) {
+        self.ids = ids
         self.configuration = configuration
         self.logger = logger
         self.tuning = tuning
@@ -119,10 +129,19 @@ package final class CarrierLoop: @unchecked Sendable {
         epollEvents.deallocate()
     }
 
-    /// Creates the TLS context and the libwebsockets context, and starts the service thread.
+    /// Creates the TLS context (or takes `sharedTLS`, another loop's of the same configuration)
+    /// and the libwebsockets context, and starts the service thread.
     package func start() throws(TunnelFailure) {
-        tls = try TLSClientContext(caFile: configuration.caFile,
-                                   acceptsUnverified: configuration.connectTo?.skipVerification == true)
+        try start(sharing: nil)
+    }
+
+    func start(sharing sharedTLS: TLSClientContext?) throws(TunnelFailure) {
+        if let sharedTLS {
+            tls = sharedTLS
+        } else {
+            tls = try TLSClientContext(caFile: configuration.caFile,
+                                       acceptsUnverified: configuration.connectTo?.skipVerification == true)
+        }
         var info = lws_context_creation_info()
         // No LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT: libwebsockets does no TLS for us, so it takes no
         // process-wide OpenSSL state (ex-data indexes) either.
@@ -223,6 +242,18 @@ package final class CarrierLoop: @unchecked Sendable {
     @discardableResult
     package func bridge(socket fd: Int32, request: UpgradeRequest? = nil, credential: CredentialKind? = nil,
                        handBackOnRefusal: Bool = false, handBackWhenRetryable: Bool = false, attempt: Int = 1) -> Int {
+        countBridge()
+        return bridgeCounted(socket: fd, request: request, credential: credential, handBackOnRefusal: handBackOnRefusal,
+                             handBackWhenRetryable: handBackWhenRetryable, attempt: attempt)
+    }
+
+    /// Counts one more bridge of this loop before it is handed over (the pool counts while it
+    /// chooses, so that two connections at once see each other).
+    func countBridge() { load.withLock { $0 += 1 } }
+
+    /// `bridge(…)` for a bridge already counted by `countBridge()`.
+    func bridgeCounted(socket fd: Int32, request: UpgradeRequest?, credential: CredentialKind?,
+                       handBackOnRefusal: Bool, handBackWhenRetryable: Bool, attempt: Int) -> Int {
         var handshake = request.map { Handshake(request: $0, credential: credential ?? configuration.credential) }
             ?? defaultHandshake
         handshake.handBackOnRefusal = handBackOnRefusal
@@ -233,6 +264,7 @@ package final class CarrierLoop: @unchecked Sendable {
         case .success(let route):
             post(.bridge(id: id, fd: fd, route: route, handshake: handshake))
         case .failure(let failure):
+            load.withLock { $0 -= 1 }
             logger.debug("connection \(id) failed: \(failure.detail)")
             if handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
                 onEvent(.retryable(id: id, socket: fd, attempt: attempt, failure))
@@ -310,8 +342,11 @@ package final class CarrierLoop: @unchecked Sendable {
 
     /// Called by a bridge once both of its sides are gone.
     func forget(_ bridge: Bridge) {
-        bridges.removeValue(forKey: bridge.id)
+        if bridges.removeValue(forKey: bridge.id) != nil { load.withLock { $0 -= 1 } }
     }
+
+    /// Bridges handed to this loop that have not ended.
+    var activeBridges: Int { load.withLock { $0 } }
 
     // MARK: Deadlines
 

@@ -1,4 +1,5 @@
 internal import CCFWebSockets
+internal import CCFShim
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,6 +28,19 @@ enum HostProcess {
         sigemptyset(&set)
         sigaddset(&set, SIGPIPE)
         _ = pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// The cores this process may run on: its CPU affinity mask (`taskset`, systemd's
+    /// `CPUAffinity=`), else the online processors; at least 1.
+    static func availableCores() -> Int {
+        // Room for 8,192 CPUs; the kernel says how many bytes of it it filled.
+        var mask = [UInt8](repeating: 0, count: 1024)
+        let filled = mask.withUnsafeMutableBytes { CCFShim_sched_getaffinity($0.baseAddress, $0.count) }
+        if filled > 0 {
+            let count = mask.prefix(Int(filled)).reduce(0) { $0 + $1.nonzeroBitCount }
+            if count > 0 { return count }
+        }
+        return max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     }
 
     /// libwebsockets' built-in log level (errors, warnings, notices, all on stderr).

@@ -106,16 +106,34 @@ final class TLSClientContext {
 /// answers with a full handshake.
 ///
 /// The session lives in the `SSL_CTX`'s own ex-data and is freed with it, so it can never reach
-/// another carrier's context (another CA file, another edge). All calls happen on the carrier's
-/// service thread, the only one that uses that `SSL_CTX`.
+/// another carrier's context (another CA file, another edge). The loops of one pool share the
+/// `SSL_CTX` (one CA store, one session for all), so the slot is locked.
 enum TLSSessionCache {
     /// The newest resumable session of one `SSL_CTX`, and its verification policy.
     final class Slot {
-        var session: OpaquePointer?
+        /// The session, under `lock`: the loops of one pool share the context.
+        private var session: OpaquePointer?
+        private let lock = PThreadMutex()
         /// Accept a self-signed, untrusted or expired certificate (`--connect-to sni:port:host`).
         let acceptsUnverified: Bool
         init(acceptsUnverified: Bool) { self.acceptsUnverified = acceptsUnverified }
         deinit { if let session { SSL_SESSION_free(session) } }
+
+        /// Keeps `copy` (owned) as the newest session.
+        func store(_ copy: OpaquePointer) {
+            lock.lock()
+            let old = session
+            session = copy
+            lock.unlock()
+            if let old { SSL_SESSION_free(old) }
+        }
+
+        /// A copy of the newest session (owned by the caller), if there is one.
+        func copy() -> OpaquePointer? {
+            lock.lock()
+            defer { lock.unlock() }
+            return session.flatMap { SSL_SESSION_dup($0) }
+        }
     }
 
     /// Our ex-data index on `SSL_CTX`s (taken once; only our own contexts carry a slot under it);
@@ -146,8 +164,7 @@ enum TLSSessionCache {
             // connection ends without a close_notify, which is how WebSocket tunnels end.
             guard let ssl, let session, SSL_SESSION_is_resumable(session) == 1,
                   let slot = TLSSessionCache.slot(of: ssl), let copy = SSL_SESSION_dup(session) else { return 0 }
-            if let old = slot.session { SSL_SESSION_free(old) }
-            slot.session = copy
+            slot.store(copy)
             return 0   // OpenSSL keeps (and frees) its own reference
         }
         return true
@@ -156,7 +173,7 @@ enum TLSSessionCache {
     /// Offers a copy of the newest session to a new connection, before its ClientHello: how this
     /// connection ends cannot spoil the stored session.
     static func offer(to ssl: OpaquePointer) {
-        guard let slot = slot(of: ssl), let session = slot.session, let copy = SSL_SESSION_dup(session) else { return }
+        guard let slot = slot(of: ssl), let copy = slot.copy() else { return }
         _ = SSL_set_session(ssl, copy)
         SSL_SESSION_free(copy)   // the connection holds its own reference
     }

@@ -13,6 +13,8 @@ extension AccessTunnel.Options {
         case retries
         /// ``ListenerLimits/maxConcurrentConnections`` of ``AccessTunnel/Options/limits``.
         case maxConcurrentConnections
+        /// ``ListenerLimits/maxCarrierThreads`` of ``AccessTunnel/Options/limits``.
+        case maxCarrierThreads
     }
 
     /// An option out of its range: which one, and the range in words.
@@ -36,6 +38,8 @@ extension AccessTunnel.Options {
     public static let halfCloseLingerRange: ClosedRange<Duration> = .zero ... .seconds(3600)
     /// Retries allowed (attempts less one).
     public static let retriesRange: ClosedRange<Int> = 0...10
+    /// The range of ``ListenerLimits/maxCarrierThreads``.
+    public static let carrierThreadsRange: ClosedRange<Int> = 1...256
 
     /// Checks every range; `connect` and `openStream` call it first, so nothing starts with an
     /// option that makes no sense. Throws the first option out of range.
@@ -56,6 +60,9 @@ extension AccessTunnel.Options {
         }
         if let maximum = limits.maxConcurrentConnections, maximum < 1 {
             throw OutOfRange(field: .maxConcurrentConnections, allowed: "at least 1", given: String(maximum))
+        }
+        if let threads = limits.maxCarrierThreads, !Self.carrierThreadsRange.contains(threads) {
+            throw OutOfRange(field: .maxCarrierThreads, allowed: "between 1 and 256", given: String(threads))
         }
     }
 

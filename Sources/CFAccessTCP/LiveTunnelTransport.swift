@@ -37,7 +37,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         let endIfIdle: @Sendable (TunnelEnd) -> Void = { reason in
             if single, active.isIdle { ended.fulfil(reason) }
         }
-        let loopBox = LockedBox<CarrierLoop?>(nil)
+        let loopBox = LockedBox<CarrierPool?>(nil)
         // The request each first dial carried, by local socket, for the redial after a refusal.
         let firstRequests = LockedBox<[Int32: UpgradeRequest]>([:])
         // Connections waiting to be dialled again (the retry policy), by local socket: cancelled,
@@ -52,7 +52,8 @@ package struct LiveTunnelTransport: TunnelTransport {
             report(failure.message)
             endIfIdle(.failedToOpen(failure))
         }
-        let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
+        let threads = limits.maxCarrierThreads ?? CarrierPool.loopsPerCore()
+        let loop = CarrierPool(configuration: configuration, logger: logger, maxLoops: threads) { [report, logger] event in
             switch event {
             case .retryable(let id, let fd, let attempt, let failure):
                 // The slot stays taken while the connection waits for its next dial.
@@ -183,7 +184,7 @@ package struct LiveTunnelTransport: TunnelTransport {
     /// (`remember` given) hands the socket back if Access refuses the token; the redial does not.
     /// With `attempt` (the dial's number), a dial that fails in a way worth retrying hands it back
     /// too, for the listener's retry policy.
-    private static func authorizeAndBridge(fd: Int32, loop: CarrierLoop, authorizer: any ConnectionAuthorizer,
+    private static func authorizeAndBridge(fd: Int32, loop: CarrierPool, authorizer: any ConnectionAuthorizer,
                                            rejected: UpgradeRequest?, active: ActiveConnections,
                                            report: @escaping @Sendable (String) -> Void,
                                            onFailure: @escaping @Sendable (TunnelEnd) -> Void,
@@ -209,7 +210,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         let pair = try FileDescriptors.socketPair()
         let outcome = OneShot<TunnelFailure?>()
         let end = OneShot<TunnelEnd>()
-        let loop = CarrierLoop(configuration: configuration, logger: logger) { [report, logger] event in
+        let loop = CarrierPool(configuration: configuration, logger: logger, maxLoops: 1) { [report, logger] event in
             switch event {
             case .established: outcome.fulfil(nil)
             case .failed(_, let failure):
@@ -245,7 +246,7 @@ package struct LiveTunnelTransport: TunnelTransport {
         return (TunnelStream(descriptor: pair.caller, host: configuration.request.origin.host, end: end), serving)
     }
 
-    static func shutdown(_ loop: CarrierLoop) async {
+    static func shutdown(_ loop: CarrierPool) async {
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
                 loop.shutdown()
@@ -255,11 +256,11 @@ package struct LiveTunnelTransport: TunnelTransport {
     }
 }
 
-/// A listener (or none) and its carrier loop.
+/// A listener (or none) and its carrier loops.
 struct LiveServing: ServingTunnel {
     let port: UInt16
     let listener: LoopbackListener?
-    let loop: CarrierLoop
+    let loop: CarrierPool
     /// Fulfilled when the stream's tunnel or a single-connection listener's connection ended;
     /// nil for a listener that keeps accepting.
     let end: OneShot<TunnelEnd>?

@@ -13,6 +13,10 @@ public struct ListenerLimits: Sendable, Equatable {
     /// cleanly (nil: never). For socket activation: the service manager starts the process again
     /// on the next connection, and what waits in the socket's backlog meanwhile stays there.
     public var idleExit: Duration?
+    /// Most event-loop threads that carry the listener's connections, each with its own share of
+    /// them (nil: one per core the process may run on). A thread is started only when every
+    /// running one carries a connection, so one connection never costs a second thread.
+    public var maxCarrierThreads: Int?
 
     /// The library's defaults: one connection, then stop listening (an SSH client's one session).
     public static let singleConnection = ListenerLimits(maxConcurrentConnections: 1, stopAcceptingAfterFirstConnection: true)
@@ -20,10 +24,12 @@ public struct ListenerLimits: Sendable, Equatable {
     public static let unlimited = ListenerLimits(maxConcurrentConnections: nil, stopAcceptingAfterFirstConnection: false)
 
     /// Creates limits.
-    public init(maxConcurrentConnections: Int?, stopAcceptingAfterFirstConnection: Bool, idleExit: Duration? = nil) {
+    public init(maxConcurrentConnections: Int?, stopAcceptingAfterFirstConnection: Bool, idleExit: Duration? = nil,
+                maxCarrierThreads: Int? = nil) {
         self.maxConcurrentConnections = maxConcurrentConnections
         self.stopAcceptingAfterFirstConnection = stopAcceptingAfterFirstConnection
         self.idleExit = idleExit
+        self.maxCarrierThreads = maxCarrierThreads
     }
 }
 

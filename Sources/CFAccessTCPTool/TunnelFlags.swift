@@ -93,6 +93,10 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
     @Option(name: .customLong("max-connections"), parsing: .unconditional, help: "With --url: connections bridged at once; more are refused (default unlimited).")
     var maxConnections: Int?
 
+    @Option(name: .customLong("threads"), parsing: .unconditional,
+            help: "With --url: most threads that carry the connections, each its share (default: one per core, started as connections come).")
+    var threads: Int?
+
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")
     var singleConnection = false
 

@@ -106,7 +106,8 @@ struct TunnelSettings {
             retry: RetryPolicy(maxAttempts: flags.retries + 1, delays: RetryPolicy.standard.delays),
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection,
-                                   idleExit: flags.exitWhenIdle > 0 ? .seconds(flags.exitWhenIdle) : nil),
+                                   idleExit: flags.exitWhenIdle > 0 ? .seconds(flags.exitWhenIdle) : nil,
+                                   maxCarrierThreads: flags.threads),
             keepaliveInterval: .seconds(flags.keepalive), resolveOverrides: resolve, proxy: proxy,
             halfCloseLinger: .seconds(flags.halfCloseLinger), listensWhenEdgeUnreachable: !flags.failFast,
             pins: pins, listeningSocket: listeningSocket)
@@ -121,6 +122,7 @@ struct TunnelSettings {
             case .halfCloseLinger: flag = "--half-close-linger"
             case .retries: flag = "--retries"
             case .maxConcurrentConnections: flag = "--max-connections"
+            case .maxCarrierThreads: flag = "--threads"
             }
             throw ConfigurationError("\(flag) must be \(error.allowed)")
         }
@@ -165,6 +167,9 @@ struct TunnelSettings {
             }
             if flags.maxConnections != nil {
                 throw ConfigurationError("--max-connections needs --url: without it stdin/stdout is already one connection")
+            }
+            if flags.threads != nil {
+                throw ConfigurationError("--threads needs --url: without it stdin/stdout is one connection on one thread")
             }
         }
         let hasServiceToken = flags.serviceTokenID != nil || flags.serviceTokenSecret != nil

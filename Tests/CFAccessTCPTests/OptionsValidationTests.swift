@@ -17,6 +17,8 @@ struct OptionsValidationTests {
         ("11 retries", { $0.retry = RetryPolicy(maxAttempts: 12, delays: [.seconds(1)]) }, .retries, "11"),
         ("max connections 0", { $0.limits = ListenerLimits(maxConcurrentConnections: 0, stopAcceptingAfterFirstConnection: false) },
          .maxConcurrentConnections, "0"),
+        ("0 carrier threads", { $0.limits.maxCarrierThreads = 0 }, .maxCarrierThreads, "0"),
+        ("257 carrier threads", { $0.limits.maxCarrierThreads = 257 }, .maxCarrierThreads, "257"),
     ]
 
     @Test("each option out of range is named, with its range and the value given")
@@ -40,9 +42,11 @@ struct OptionsValidationTests {
         try AccessTunnel.Options().validate()
         var options = AccessTunnel.Options(connectTimeout: .seconds(1), retry: RetryPolicy(maxAttempts: 11, delays: [.seconds(1)]),
                                            keepaliveInterval: .zero, halfCloseLinger: .seconds(3600))
+        options.limits.maxCarrierThreads = 1
         try options.validate()
         options = AccessTunnel.Options(connectTimeout: .seconds(600), retry: .never, keepaliveInterval: .seconds(86_400),
                                        halfCloseLinger: .zero)
+        options.limits.maxCarrierThreads = 256
         try options.validate()
     }
 

@@ -63,6 +63,9 @@ struct CLIHardeningTests {
         (["--keepalive", "86401"], "--keepalive must be between 0 (off) and 86400 seconds"),
         (["--retries", "11"], "--retries must be between 0 and 10"),
         (["--url", "127.0.0.1:0", "--max-connections", "0"], "--max-connections must be at least 1"),
+        (["--threads", "2"], "--threads needs --url"),
+        (["--url", "127.0.0.1:0", "--threads", "0"], "--threads must be between 1 and 256"),
+        (["--url", "127.0.0.1:0", "--threads", "257"], "--threads must be between 1 and 256"),
     ])
     func refusedCombinations(_ extra: [String], _ expected: String) throws {
         let result = try run(try TestPaths.binary("cf-access-tcp"),

@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from . import loads, procs, report, sshbench
@@ -55,6 +56,8 @@ Measures (each repeated; median [min-max]):
                and of the edge emulator (utime+stime from /proc, before/after)
   latency      64-byte ping-pong through the echo target: p50/p99/p99.9 us
   setup        sequential new connections, connect() to first echoed byte: p50/p99 ms
+  parallel     8 transfers at once (128 MiB each) up and down through one client: aggregate MiB/s
+               and CPU s/GiB of the client (a listener that uses every core shows it here)
   concurrency  1,000 then 5,000 concurrent connections, each echoes, checked again after idle:
                how many worked, client RSS idle and per connection, fds per connection
   ssh          1 GiB down and up through an SSH session to a real sshd behind the emulator:
@@ -85,8 +88,10 @@ Only 127.0.0.1 is ever used.""")
     p.add_argument("--idle", type=float, help="idle seconds before re-checking concurrent connections "
                                               "(default 30; quick 2)")
     p.add_argument("--integrity-mib", type=int, help="echo integrity check size in MiB (default 64; quick 16)")
-    p.add_argument("--sections", default="integrity,bulk,latency,setup,concurrency,ssh",
-                   help="comma-separated subset of integrity,bulk,latency,setup,concurrency,ssh")
+    p.add_argument("--sections", default="integrity,bulk,latency,setup,parallel,concurrency,ssh",
+                   help="comma-separated subset of integrity,bulk,latency,setup,parallel,concurrency,ssh")
+    p.add_argument("--parallel", type=int, help="transfers at once in the parallel section (default 8; quick 4)")
+    p.add_argument("--parallel-mib", type=int, help="size of each parallel transfer in MiB (default 128; quick 16)")
     p.add_argument("--ssh-mib", type=int, help="ssh section transfer size in MiB (default 1024; quick 64)")
     p.add_argument("--ssh-modes", default=",".join(sshbench.MODES),
                    help="comma-separated subset of %s for the ssh section (default: the first three; "
@@ -123,6 +128,8 @@ Only 127.0.0.1 is ever used.""")
     default("concurrency", "1000,5000", "100")
     default("idle", 30.0, 2.0)
     default("integrity_mib", 64, 16)
+    default("parallel", 8, 4)
+    default("parallel_mib", 128, 16)
     default("ssh_mib", 1024, 64)
     default("time_limit", 1800.0, 300.0)
     args.warmup = 50 if q else 200
@@ -133,7 +140,7 @@ Only 127.0.0.1 is ever used.""")
         p.error("--concurrency must be comma-separated integers")
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in args.sections:
-        if s not in ("integrity", "bulk", "latency", "setup", "concurrency", "ssh"):
+        if s not in ("integrity", "bulk", "latency", "setup", "parallel", "concurrency", "ssh"):
             p.error("unknown section %r" % s)
     args.ssh_modes = [m.strip() for m in args.ssh_modes.split(",") if m.strip()]
     for m in args.ssh_modes:
@@ -160,6 +167,8 @@ Only 127.0.0.1 is ever used.""")
             words = [w for w in shlex.split(args.client_cmd) if "=" not in w.split("/")[0]]
             args.client_name = os.path.basename(words[0]) if words else "other"
     args.modes = modes
+    if args.parallel < 1 or args.parallel_mib < 1:
+        p.error("--parallel and --parallel-mib must be positive")
     if args.repeats < 1 or args.ssh_mib < 1 or args.bulk_mib < 1 or args.rounds < 1 or args.setups < 1 or args.idle < 0:
         p.error("counts must be positive")
     if "socat" in modes and not shutil.which("socat"):
@@ -346,14 +355,18 @@ class Bench:
         self.ca = os.path.join(certs, "ca.pem")
         self.cert = os.path.join(certs, "server.pem")
         self.key = os.path.join(certs, "server-key.pem")
-        for kind in ("echo", "sink", "source"):
-            argv = [self.edge_bin, "target", kind, "--listen", "%s:0" % LOOPBACK]
+        # "psource": the source of the parallel section, each connection its share.
+        kinds = ("echo", "sink", "source") + (("psource",) if "parallel" in self.args.sections else ())
+        for kind in kinds:
+            argv = [self.edge_bin, "target", {"psource": "source"}.get(kind, kind), "--listen", "%s:0" % LOOPBACK]
             if kind == "source":
                 argv += ["--bytes", str(self.args.bulk_mib * MIB)]
+            elif kind == "psource":
+                argv += ["--bytes", str(self.args.parallel_mib * MIB)]
             proc = self.procs.start("target-" + kind, argv)
             line = self.procs.wait_for_line(proc, "listening on")
             self.targets[kind] = int(line.rsplit(":", 1)[1])
-        for kind in ("echo", "sink", "source"):
+        for kind in kinds:
             self.edges[kind] = self.start_edge(kind, "%s:%d" % (LOOPBACK, self.targets[kind]))
         log("targets %s; edges %s" % (
             ", ".join("%s %d" % kv for kv in self.targets.items()),
@@ -515,6 +528,76 @@ class Bench:
                         log("bulk %s #%d %-14s %7.1f MiB/s  client %s CPU-s/GiB  edge %s CPU-s/GiB" % (
                             direction, rep + 1, self.label(mode), out["mib_per_s"],
                             _fmt(out.get("cpu_client_s_per_gib")), _fmt(out.get("cpu_edge_s_per_gib"))))
+
+    def parallel_once(self, mode, direction):
+        """`--parallel` transfers of `--parallel-mib` each at once through one client (or direct):
+        aggregate MiB/s from the first connect to the last delivery, and the client's CPU."""
+        kind = "sink" if direction == "upload" else "psource"
+        r = self.relay(mode, kind)
+        edge = self.edges[kind]
+        k, each = self.args.parallel, self.args.parallel_mib * MIB
+        total = k * each
+        timeout = (30 + total / (5 * MIB)) * self.args.slow
+        pid = r.proc.pid if r.proc else None
+        stats0 = edge.stats()
+        cpu0 = procs.cpu_seconds(pid, tree=True) if pid else None
+        outcomes = [None] * k
+
+        def one(i):
+            if direction == "upload":
+                # Through a tunnel each stream is done once sent; the edge's counter says when all
+                # arrived. Direct and socat: the sink closing.
+                sent = (lambda deadline: None) if r.edge is not None else None
+                outcomes[i] = loads.bulk_upload(r.addr, each, timeout, sent)
+            else:
+                outcomes[i] = loads.bulk_download(r.addr, each, timeout)
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(k)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout + 5)
+        out = {"ok": True, "error": None, "streams": k, "bytes": total}
+        bad = [o for o in outcomes if o is None or not o["ok"]]
+        if bad:
+            out["ok"] = False
+            out["error"] = "%d of %d transfers failed: %s" % (
+                len(bad), k, bad[0]["error"] if bad[0] is not None else "did not finish")
+        elif direction == "upload" and r.edge is not None:
+            deadline = time.monotonic() + timeout
+            while True:
+                got = edge.stats()["bytesIn"] - stats0["bytesIn"]
+                if got >= total:
+                    if got != total:
+                        out["ok"], out["error"] = False, "edge received %d bytes, sent %d" % (got, total)
+                    break
+                if time.monotonic() > deadline:
+                    out["ok"], out["error"] = False, "timed out: the edge received %d of %d bytes" % (got, total)
+                    break
+                time.sleep(0.002)
+        seconds = time.perf_counter() - t0
+        time.sleep(0.2)   # forked relay children exit and are reaped
+        if out["ok"]:
+            out["mib_per_s"] = total / MIB / seconds
+            out["seconds"] = seconds
+            if pid:
+                out["cpu_client_s_per_gib"] = (procs.cpu_seconds(pid, tree=True) - cpu0) / (total / GIB)
+        else:
+            self.fail("%s: %d parallel %ss of %d MiB: %s" % (self.label(mode), k, direction,
+                                                             self.args.parallel_mib, out["error"]))
+        return out
+
+    def run_parallel(self, results):
+        for rep in range(self.args.repeats):
+            for direction in ("upload", "download"):
+                for mode in self.order(rep):
+                    out = self.parallel_once(mode, direction)
+                    results.setdefault(mode, {}).setdefault("parallel_" + direction, []).append(out)
+                    if out["ok"]:
+                        log("parallel %s #%d %-14s %7.1f MiB/s aggregate (%d at once)  client %s CPU-s/GiB" % (
+                            direction, rep + 1, self.label(mode), out["mib_per_s"], out["streams"],
+                            _fmt(out.get("cpu_client_s_per_gib"))))
 
     def run_latency(self, results):
         for rep in range(self.args.repeats):
@@ -710,6 +793,8 @@ def main(argv=None):
             bench.run_latency(results)
         if "setup" in args.sections:
             bench.run_setup(results)
+        if "parallel" in args.sections:
+            bench.run_parallel(results)
         if "concurrency" in args.sections:
             # Other relays hold nothing open now; keep a margin for their own descriptors.
             bench.run_concurrency(results, fd_budget=soft - 300)
@@ -757,7 +842,7 @@ def main(argv=None):
             "machine": machine,
             "elapsed_seconds": elapsed,
             "config": {k: getattr(args, k) for k in ("quick", "repeats", "bulk_mib", "rounds", "warmup", "setups",
-                                                     "conc_sizes", "idle", "integrity_mib", "sections", "modes", "ssh_mib", "ssh_modes",
+                                                     "conc_sizes", "idle", "integrity_mib", "parallel", "parallel_mib", "sections", "modes", "ssh_mib", "ssh_modes",
                                                      "client_cmd", "client_name")},
             "labels": {m: bench.label(m) for m in args.modes},
             "summary": summary,

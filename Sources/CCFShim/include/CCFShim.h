@@ -10,6 +10,8 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 // Swift's Glibc module leaves out <sys/epoll.h>, <sys/random.h> and <sys/timerfd.h>; the carrier's
 // data path needs them (no forwarders).
 #include <sys/epoll.h>
@@ -47,6 +49,9 @@ static inline int CCFShim_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, (
 // The calling thread's name (PR_SET_NAME: the kernel keeps the first 15 bytes), for our own
 // threads (AccessTransport's PThread): Swift's Glibc module has no pthread_setname_np.
 static inline int CCFShim_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL); }
+// syscall is variadic, and Swift's Glibc module has no sched_getaffinity (a GNU extension): the
+// calling process's CPU affinity mask into `mask` (`size` bytes); the kernel's byte count, or -1.
+static inline long CCFShim_sched_getaffinity(void *mask, size_t size) { return syscall(SYS_sched_getaffinity, 0, size, mask); }
 
 // libdispatch's main-queue handle (an eventfd on Linux), made once (dispatch_once) by whoever
 // asks first. When an async main parks the main thread, libdispatch makes it during that
