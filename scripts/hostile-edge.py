@@ -17,6 +17,9 @@ Modes (every connection of the process gets the same mode):
   reset           the 101 and a binary frame with --payload, then a TCP RST (SO_LINGER 0)
   pong-echo       a well-behaved edge: echoes binary frames, answers pings, logs each `ping`
   quiet           answers nothing and never reads (a dead path); logs nothing more
+  burst-hold      after the 101, --burst-bytes of the pattern i % 251 in binary frames of
+                  varied sizes (1 byte to 64 KiB), written as fast as the socket takes them;
+                  logs `burst-sent N`, then holds the connection open and silent (no Close)
   echo-close      echoes binary frames; answers a Close; after the client's Close waits for
                   the TLS close_notify and logs `tls-close-notify` (or `tls-eof-without-close-notify`)
 
@@ -244,6 +247,20 @@ def serve(conn, args, index):
         send_all(conn, hello)
         while True:
             time.sleep(3600)
+    elif mode == "burst-hold":
+        send_all(conn, hello)
+        pattern = bytes(i % 251 for i in range(251)) * ((64 << 10) // 251 + 2)
+        sizes = [1, 700, 16 << 10, 16 << 10 + 1, 64 << 10, 3000, 40000]
+        sent, index = 0, 0
+        while sent < args.burst_bytes:
+            size = min(sizes[index % len(sizes)], args.burst_bytes - sent)
+            start = sent % 251
+            send_all(conn, frame(0x2, pattern[start:start + size]))
+            sent += size
+            index += 1
+        log("burst-sent %d" % sent)
+        while True:
+            time.sleep(3600)
 
 
 def main():
@@ -253,6 +270,7 @@ def main():
     parser.add_argument("--mode", required=True)
     parser.add_argument("--payload", default="hello from the edge\n")
     parser.add_argument("--split", type=int, default=0)
+    parser.add_argument("--burst-bytes", type=int, default=8 << 20)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--close-payload", default="")
     parser.add_argument("--hold-handshake", default="")

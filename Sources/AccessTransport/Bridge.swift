@@ -41,6 +41,11 @@ final class Bridge {
     /// Reading the TLS stream failed in the read whose bytes are being handled: nothing more is
     /// written to it (a pong for a ping in those bytes would only fail, and name the wrong side).
     private var edgeReadFailed = false
+    /// OpenSSL holds bytes read ahead from the edge's socket that no `SSL_read` took yet (epoll
+    /// cannot announce them): the loop is asked to read again.
+    private var edgeHoldsBytes = false
+    /// Queued in the loop's list of bridges to read again.
+    var queuedToReadAgain = false
     /// The dial failed and was reported.
     private var failed = false
     /// The deadline the loop's timer holds for this bridge, and the generation of that request.
@@ -363,7 +368,16 @@ final class Bridge {
             while capacity - filled >= 16 << 10 + 256, let ssl = session {
                 ERR_clear_error()
                 let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
-                if r > 0 { filled += Int(r); continue }
+                if r > 0 {
+                    filled += Int(r)
+                    // Nothing buffered in OpenSSL: the next call would only read the socket, which
+                    // epoll announces when it has more (no read that fails with EAGAIN).
+                    if SSL_has_pending(ssl) != 1 {
+                        drained = true
+                        break
+                    }
+                    continue
+                }
                 let code = errno
                 let error = SSL_get_error(ssl, r)
                 switch error {
@@ -383,6 +397,7 @@ final class Bridge {
             // Bytes read before a failure still count and reach the local side; but the stream is
             // broken, so no answer to them is written (a pong would fail as a write).
             if ended != nil { edgeReadFailed = true }
+            edgeHoldsBytes = false
             if filled > 0 {
                 apply(.heardFromEdge)
                 onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled))
@@ -395,6 +410,17 @@ final class Bridge {
             }
             if drained { return }
         }
+        // Stopped before OpenSSL said it needs the socket (paused, or this event's budget spent):
+        // bytes it read ahead wait in its buffer, where epoll cannot see them.
+        if let ssl = session, SSL_has_pending(ssl) == 1 { edgeHoldsBytes = true }
+    }
+
+    /// The loop calls this for a bridge that asked (`readAgain`) after stopping with bytes
+    /// buffered in OpenSSL.
+    func readHeldBytes() {
+        guard edgeHoldsBytes, session != nil, machine.edgeIsOpen, machine.readsEdge, !readWantsWrite else { return }
+        readEdge()
+        updateInterest()
     }
 
     private func onEdgeBytes(_ bytes: UnsafeRawBufferPointer) {
@@ -516,6 +542,7 @@ final class Bridge {
                 want |= writeWantsRead ? EPOLLIN.rawValue : EPOLLOUT.rawValue
             }
             watchEdge(want)
+            if edgeHoldsBytes, machine.readsEdge, !readWantsWrite { loop.readAgain(self) }
         }
     }
 

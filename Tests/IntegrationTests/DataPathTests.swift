@@ -89,6 +89,38 @@ struct DataPathTests {
         #expect(client.waitForEOF(timeout: 10), "the source finished but the local connection stayed open")
     }
 
+    @Test("an edge that sends a burst in frames of 1 byte to 64 KiB and then falls silent: after the local side paused it, every byte arrives", arguments: [0, 40, 60])
+    func burstThenSilence(round: Int) throws {
+        // Python's TLS (an independent peer): frames of 1 byte to 64 KiB, then no Close and no
+        // byte more, so nothing on the socket announces bytes the bridge left unread. (The case
+        // of bytes left in OpenSSL's read-ahead buffer at a pause, `Bridge.readHeldBytes`, is not
+        // forced by this test: it depends on where the pause falls.)
+        let total = (1 << 20) + round * (96 << 10) + 4321
+        let edge = try HostileEdge(mode: "burst-hold", extra: ["--burst-bytes", String(total)])
+        let listener = try ListenerProcess(arguments: try edge.clientArguments())
+        defer { listener.stop() }
+        let client = try ClientSocket(port: listener.port)
+        var timeout = timeval(tv_sec: 20, tv_usec: 0)
+        _ = setsockopt(client.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        // A small receive buffer, and no read until the edge has sent everything: the local
+        // socket fills, the bridge pauses its reads of the edge, and the last bytes wait in the
+        // edge socket and in OpenSSL's read-ahead buffer, with nothing more to come.
+        var small: Int32 = 64 << 10
+        _ = setsockopt(client.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        _ = try edge.waitForEvent { $0 == "burst-sent \(total)" }
+        Thread.sleep(forTimeInterval: 0.3)
+        var offset = 0
+        var corrupt: Int?
+        let received = try client.receive(count: total) { chunk in
+            for (index, byte) in chunk.enumerated() where corrupt == nil && Int(byte) != (offset + index) % 251 {
+                corrupt = offset + index
+            }
+            offset += chunk.count
+        }
+        #expect(received == total, "\(received) of \(total) bytes arrived")
+        #expect(corrupt == nil, "byte \(corrupt ?? 0) differs from the pattern")
+    }
+
     @Test("an origin that does not read pauses the client: memory stays bounded, the sender is held back")
     func flowControlTowardsOrigin() throws {
         // A target that accepts and never reads.
