@@ -364,7 +364,8 @@ final class Bridge {
             var ended: String?
 
             // Whole records only (the space left is at least one record), so OpenSSL keeps no
-            // decrypted bytes back that epoll would not announce.
+            // decrypted bytes back; what it read ahead and did not decrypt yet is read again
+            // through the loop when this loop stops early (`edgeHoldsBytes`).
             while capacity - filled >= 16 << 10 + 256, let ssl = session {
                 ERR_clear_error()
                 let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
