@@ -70,6 +70,9 @@ final class Bridge {
 
     /// Framed, masked bytes the TLS stream has not taken yet.
     private var toOrigin = ByteQueue()
+    /// TLS records made and not yet sent (from the WebSocket's opening on; nil before, when
+    /// OpenSSL writes to the socket itself).
+    private var cipher: CipherSink?
     /// Payload the local socket has not taken yet.
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
@@ -126,7 +129,7 @@ final class Bridge {
             let count = min(payload.count, 125)
             payload.withUnsafeBytes { room.copyMemory(from: $0.baseAddress!, byteCount: count) }
             if sendFrame(opcode: opcode, payload: room, count: count) {
-                apply(.toOriginWritten(count: toOrigin.count, appendedData: false))
+                apply(.toOriginWritten(count: pendingToOrigin, appendedData: false))
             }
         case .closeLocal:
             closeLocalSocket()
@@ -134,10 +137,13 @@ final class Bridge {
             if closeNotify, let session {
                 ERR_clear_error()
                 _ = SSL_shutdown(session)
+                // The close_notify, if the socket takes it now; the edge is torn down either way.
+                if let cipher, edgeFD >= 0 { _ = cipher.send(to: edgeFD) }
             }
             unwatchEdge()
             releaseSession()
             toOrigin.reset()
+            cipher?.reset()
         case .killConnection:
             closeEdgeSocket()
         case .abortDial:
@@ -163,6 +169,15 @@ final class Bridge {
     /// the same read: the first bytes of the data path.
     func onEstablished(leftover: UnsafeRawBufferPointer) {
         dialDeadline = nil
+        // From here on OpenSSL writes records into our sink, sent a frame at a time. The upgrade
+        // request has gone out whole, so nothing waits in OpenSSL for the socket.
+        if let session {
+            let sink = CipherSink(scratch: loop.cipherScratch)
+            if let bio = sink.makeBIO() {
+                SSL_set0_wbio(session, bio)
+                cipher = sink
+            }
+        }
         logger.debug("connection \(id): WebSocket established")
         let flags = fcntl(localFD, F_GETFL)
         _ = fcntl(localFD, F_SETFL, flags | O_NONBLOCK)
@@ -205,6 +220,9 @@ final class Bridge {
             guard session != nil, machine.edgeIsOpen else { return }
             let readable = events & EPOLLIN.rawValue != 0
             let writable = events & EPOLLOUT.rawValue != 0
+            // Records made earlier go first: an OpenSSL call waiting for room may need it.
+            if writable { sendRecords() }
+            guard session != nil, machine.edgeIsOpen else { break }
             // A call waiting for the other direction goes on first, with the same bytes.
             if writable, readWantsWrite {
                 readWantsWrite = false
@@ -263,7 +281,11 @@ final class Bridge {
             writing: while offset < bytes.count {
                 switch sslWrite(session, bytes.baseAddress! + offset, bytes.count - offset) {
                 case .wrote(let n): offset += n
-                case .full: break writing
+                case .full:
+                    // Our record buffer is full: send it, and go on if the socket took it all.
+                    guard let cipher, !cipher.isEmpty else { break writing }
+                    guard sendRecords() else { return false }
+                    if !cipher.isEmpty { break writing }
                 case .failed(let reason):
                     apply(.edgeWriteFailed(reason))
                     return false
@@ -272,11 +294,33 @@ final class Bridge {
         }
         if offset < bytes.count {
             toOrigin.append(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
-            if opcode == WebSocketFrames.opBinary {
-                apply(.toOriginWritten(count: toOrigin.count, appendedData: true))
-            }
+        }
+        guard sendRecords() else { return false }
+        if offset < bytes.count || !(cipher?.isEmpty ?? true), opcode == WebSocketFrames.opBinary {
+            apply(.toOriginWritten(count: pendingToOrigin, appendedData: true))
         }
         return true
+    }
+
+    /// Bytes for the edge not yet handed to the kernel: plaintext waiting for `SSL_write`, and
+    /// records waiting for the socket.
+    private var pendingToOrigin: Int { toOrigin.count + (cipher?.count ?? 0) }
+
+    /// Sends the records waiting in the sink as far as the socket takes them. False when the
+    /// socket failed (the machine has heard it).
+    @discardableResult
+    private func sendRecords() -> Bool {
+        guard let cipher, !cipher.isEmpty, edgeFD >= 0 else { return true }
+        switch cipher.send(to: edgeFD) {
+        case .progress:
+            return true
+        case .failed(let code):
+            let detail = SystemError(code).description
+            logger.debug("connection \(id): writing to the WebSocket failed (\(detail))")
+            cipher.reset()
+            apply(.edgeWriteFailed(code == ECONNRESET || code == EPIPE ? .reset(detail: detail) : .writeFailed(detail: detail)))
+            return false
+        }
     }
 
     /// What one `SSL_write` did.
@@ -332,7 +376,9 @@ final class Bridge {
 
     private func flushEdge() {
         guard let session else { return }
-        while !toOrigin.isEmpty {
+        // Records already made go first; plaintext waits while the socket holds them back.
+        guard sendRecords() else { return }
+        while !toOrigin.isEmpty, cipher?.isEmpty ?? true {
             var failure: TunnelEnd?
             let sent = toOrigin.consume(upTo: 1 << 20) { chunk in
                 switch sslWrite(session, chunk.baseAddress!, chunk.count) {
@@ -347,14 +393,17 @@ final class Bridge {
                 apply(.edgeWriteFailed(failure))
                 return
             }
+            guard sendRecords() else { return }
             if sent == 0 { break }
         }
-        apply(.toOriginFlushed(count: toOrigin.count))
+        apply(.toOriginFlushed(count: pendingToOrigin))
     }
 
     // MARK: Origin → local
 
     private func readEdge() {
+        // Reading can make records too (a KeyUpdate's answer, an alert): they leave at once.
+        defer { sendRecords() }
         let buffer = loop.rxBuffer
         let capacity = loop.rxCapacity
         var budget = 1 << 20
@@ -542,6 +591,7 @@ final class Bridge {
             if !toOrigin.isEmpty {
                 want |= writeWantsRead ? EPOLLIN.rawValue : EPOLLOUT.rawValue
             }
+            if let cipher, !cipher.isEmpty { want |= EPOLLOUT.rawValue }
             watchEdge(want)
             if edgeHoldsBytes, machine.readsEdge, !readWantsWrite { loop.readAgain(self) }
         }
@@ -578,6 +628,7 @@ final class Bridge {
     func releaseSession() {
         if let session { SSL_free(session) }
         session = nil
+        cipher?.reset()
     }
 
     func unwatchEdge() {
