@@ -31,6 +31,15 @@ struct CarrierThreadsTests {
         return back == bytes
     }
 
+    /// Sends one line on `client` and says whether the echo target sent it back.
+    private func echoesLine(_ client: ClientSocket, _ line: String) throws -> Bool {
+        let text = Array((line + "\n").utf8)
+        try client.send(text)
+        var back = [UInt8]()
+        _ = try client.receive(count: text.count) { back += $0 }
+        return back == text
+    }
+
     @Test("--threads 2: one connection runs one carrier thread, a second connection starts the second, a third shares one; all three carry bytes")
     func threadsStartAsConnectionsCome() throws {
         let target = try TargetFixture(.echo)
@@ -43,21 +52,13 @@ struct CarrierThreadsTests {
         var held: [ClientSocket] = []
         for (index, expected) in [1, 2, 2].enumerated() {
             let client = try ClientSocket(port: listener.port)
-            let text = Array("connection \(index)\n".utf8)
-            try client.send(text)
-            var back = [UInt8]()
-            _ = try client.receive(count: text.count) { back += $0 }
-            #expect(back == text)
+            #expect(try echoesLine(client, "connection \(index)"))
             held.append(client)
             #expect(carrierThreads(pid) == expected, "after connection \(index + 1)")
         }
         // Every held connection still carries bytes, whichever thread it is on.
         for (index, client) in held.enumerated() {
-            let text = Array("again \(index)\n".utf8)
-            try client.send(text)
-            var back = [UInt8]()
-            _ = try client.receive(count: text.count) { back += $0 }
-            #expect(back == text)
+            #expect(try echoesLine(client, "again \(index)"))
         }
     }
 
@@ -76,11 +77,7 @@ struct CarrierThreadsTests {
         var held: [ClientSocket] = []
         for index in 0..<3 {
             let client = try ClientSocket(port: port)
-            let text = Array("pinned \(index)\n".utf8)
-            try client.send(text)
-            var back = [UInt8]()
-            _ = try client.receive(count: text.count) { back += $0 }
-            #expect(back == text)
+            #expect(try echoesLine(client, "pinned \(index)"))
             held.append(client)
         }
         #expect(carrierThreads(process.pid) == 1)
