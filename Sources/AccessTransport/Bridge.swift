@@ -41,11 +41,6 @@ final class Bridge {
     /// Reading the TLS stream failed in the read whose bytes are being handled: nothing more is
     /// written to it (a pong for a ping in those bytes would only fail, and name the wrong side).
     private var edgeReadFailed = false
-    /// OpenSSL holds bytes read ahead from the edge's socket that no `SSL_read` took yet (epoll
-    /// cannot announce them): the loop is asked to read again.
-    private var edgeHoldsBytes = false
-    /// Queued in the loop's list of bridges to read again.
-    var queuedToReadAgain = false
     /// The dial failed and was reported.
     private var failed = false
     /// The deadline the loop's timer holds for this bridge, and the generation of that request.
@@ -73,6 +68,9 @@ final class Bridge {
     /// TLS records made and not yet sent (from the WebSocket's opening on; nil before, when
     /// OpenSSL writes to the socket itself).
     private var cipher: CipherSink?
+    /// Where OpenSSL reads the edge's records from (from the WebSocket's opening on; nil before,
+    /// when it reads the socket itself).
+    private var source: RecordSource?
     /// Payload the local socket has not taken yet.
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
@@ -176,6 +174,13 @@ final class Bridge {
             if let bio = sink.makeBIO() {
                 SSL_set0_wbio(session, bio)
                 cipher = sink
+            }
+            // OpenSSL holds no bytes read ahead (it reads whole records only), so the reads can
+            // move to our source now.
+            let reader = RecordSource(scratch: loop.recordScratch, fd: edgeFD)
+            if SSL_has_pending(session) != 1, let bio = reader.makeBIO() {
+                SSL_set0_rbio(session, bio)
+                source = reader
             }
         }
         logger.debug("connection \(id): WebSocket established")
@@ -407,22 +412,32 @@ final class Bridge {
         let buffer = loop.rxBuffer
         let capacity = loop.rxCapacity
         var budget = 1 << 20
-        while session != nil, machine.readsEdge, budget > 0 {
+        source?.mayReceive = true
+        defer {
+            source?.mayReceive = true
+            // Bytes left in the loop's receive buffer (reading paused) move to this bridge's own
+            // queue; the machine reads again as soon as it resumes (`.readEdge`).
+            source?.park()
+        }
+        // Once the budget is spent, what was already received is still decrypted, but nothing
+        // more is taken from the socket this time (epoll announces it again).
+        while session != nil, machine.readsEdge, budget > 0 || source?.hasBytes == true {
+            if budget <= 0 { source?.mayReceive = false }
             var filled = 0
             var drained = false
             var ended: String?
 
             // Whole records only (the space left is at least one record), so OpenSSL keeps no
-            // decrypted bytes back; what it read ahead and did not decrypt yet is read again
-            // through the loop when this loop stops early (`edgeHoldsBytes`).
+            // decrypted bytes back.
             while capacity - filled >= 16 << 10 + 256, let ssl = session {
                 ERR_clear_error()
                 let r = SSL_read(ssl, buffer + filled, Int32(capacity - filled))
                 if r > 0 {
                     filled += Int(r)
-                    // Nothing buffered in OpenSSL: the next call would only read the socket, which
-                    // epoll announces when it has more (no read that fails with EAGAIN).
-                    if SSL_has_pending(ssl) != 1 {
+                    // Nothing buffered in OpenSSL or in our source: the next call would only read
+                    // the socket, which epoll announces when it has more (no read that fails
+                    // with EAGAIN).
+                    if SSL_has_pending(ssl) != 1, source?.hasBytes != true {
                         drained = true
                         break
                     }
@@ -447,7 +462,6 @@ final class Bridge {
             // Bytes read before a failure still count and reach the local side; but the stream is
             // broken, so no answer to them is written (a pong would fail as a write).
             if ended != nil { edgeReadFailed = true }
-            edgeHoldsBytes = false
             if filled > 0 {
                 apply(.heardFromEdge)
                 onEdgeBytes(UnsafeRawBufferPointer(start: buffer, count: filled))
@@ -460,17 +474,6 @@ final class Bridge {
             }
             if drained { return }
         }
-        // Stopped before OpenSSL said it needs the socket (paused, or this event's budget spent):
-        // bytes it read ahead wait in its buffer, where epoll cannot see them.
-        if let ssl = session, SSL_has_pending(ssl) == 1 { edgeHoldsBytes = true }
-    }
-
-    /// The loop calls this for a bridge that asked (`readAgain`) after stopping with bytes
-    /// buffered in OpenSSL.
-    func readHeldBytes() {
-        guard edgeHoldsBytes, session != nil, machine.edgeIsOpen, machine.readsEdge, !readWantsWrite else { return }
-        readEdge()
-        updateInterest()
     }
 
     private func onEdgeBytes(_ bytes: UnsafeRawBufferPointer) {
@@ -593,7 +596,6 @@ final class Bridge {
             }
             if let cipher, !cipher.isEmpty { want |= EPOLLOUT.rawValue }
             watchEdge(want)
-            if edgeHoldsBytes, machine.readsEdge, !readWantsWrite { loop.readAgain(self) }
         }
     }
 
@@ -629,6 +631,7 @@ final class Bridge {
         if let session { SSL_free(session) }
         session = nil
         cipher?.reset()
+        source?.reset()
     }
 
     func unwatchEdge() {

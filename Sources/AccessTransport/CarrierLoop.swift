@@ -62,6 +62,8 @@ package final class CarrierLoop: @unchecked Sendable {
     /// Where this loop's bridges' TLS records are made before one `send()` takes them (room for
     /// a whole 256 KiB frame's records).
     let cipherScratch = CipherSink.Scratch(capacity: 512 << 10)
+    /// Where this loop's bridges receive the edge's records, up to 256 KiB per `recv()`.
+    let recordScratch = RecordSource.Scratch(capacity: 256 << 10)
     /// Masking keys and upgrade keys (the service thread only).
     var random = RandomPool()
     /// The epoll set of every established bridge's two sockets; itself watched by libwebsockets.
@@ -74,13 +76,6 @@ package final class CarrierLoop: @unchecked Sendable {
     private var armedDeadline: UInt64?
     /// The epoll tag of the timer (bridge tags are `id << 1 | side`, ids count from 1).
     private static let timerTag = UInt64.max
-    /// The epoll tag of `againFD`.
-    private static let againTag = UInt64.max - 1
-    /// An eventfd in the epoll set, signalled while bridges wait in `readAgain` (bytes OpenSSL
-    /// read ahead, which no socket announces).
-    private var againFD: Int32 = -1
-    private var againSignalled = false
-    private var readAgainIDs: [Int] = []
 
     private let commands = LockedBox<[Command]>([])
     /// Bridge ids, shared by the loops of one pool so that an id names one connection of all.
@@ -199,10 +194,6 @@ package final class CarrierLoop: @unchecked Sendable {
         guard timer >= 0 else { throw SystemError.current("timerfd_create()").tunnelFailure }
         timerFD = timer
         watch(fd: timer, tag: Self.timerTag, events: EPOLLIN.rawValue)
-        let again = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
-        guard again >= 0 else { throw SystemError.current("eventfd()").tunnelFailure }
-        againFD = again
-        watch(fd: again, tag: Self.againTag, events: EPOLLIN.rawValue)
 
         threadStarted.withLock { $0 = true }
         serviceThread = JoinableThread.start(name: "cfat carrier", stackSize: 1 << 20) { [self] in
@@ -240,8 +231,6 @@ package final class CarrierLoop: @unchecked Sendable {
         bridges.removeAll()
         if timerFD >= 0 { Glibc.close(timerFD) }
         timerFD = -1
-        if againFD >= 0 { Glibc.close(againFD) }
-        againFD = -1
         finished.signal()
     }
 
@@ -397,33 +386,6 @@ package final class CarrierLoop: @unchecked Sendable {
         armTimer(deadlines.first?.deadline)
     }
 
-    // MARK: Bytes read ahead
-
-    /// `bridge` stopped reading with bytes in OpenSSL's buffer: it reads again once this loop has
-    /// served the other ready sockets (the eventfd keeps the loop awake until then).
-    func readAgain(_ bridge: Bridge) {
-        guard !bridge.queuedToReadAgain else { return }
-        bridge.queuedToReadAgain = true
-        readAgainIDs.append(bridge.id)
-        guard !againSignalled else { return }
-        againSignalled = true
-        var one: UInt64 = 1
-        _ = write(againFD, &one, MemoryLayout<UInt64>.size)
-    }
-
-    private func serviceReadAgain() {
-        var count: UInt64 = 0
-        _ = read(againFD, &count, MemoryLayout<UInt64>.size)
-        againSignalled = false
-        let queued = readAgainIDs
-        readAgainIDs.removeAll(keepingCapacity: true)
-        for id in queued {
-            guard let bridge = bridges[id] else { continue }
-            bridge.queuedToReadAgain = false
-            bridge.readHeldBytes()
-        }
-    }
-
     // MARK: The data path's epoll set
 
     func watch(fd: Int32, tag: UInt64, events: UInt32) {
@@ -454,10 +416,6 @@ package final class CarrierLoop: @unchecked Sendable {
                 let events = epollEvents[i].events
                 if tag == Self.timerTag {
                     serviceTimer()
-                    continue
-                }
-                if tag == Self.againTag {
-                    serviceReadAgain()
                     continue
                 }
                 guard let bridge = bridges[Int(tag >> 1)] else { continue }

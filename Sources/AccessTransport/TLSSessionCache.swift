@@ -16,9 +16,6 @@ final class TLSClientContext {
     /// (`--connect-to sni:port:host`, as in cloudflared).
     let acceptsUnverified: Bool
 
-    /// OpenSSL's read buffer per connection while it holds bytes (read ahead).
-    static let readBufferLength = 256 << 10
-
     /// The ALPN list we offer: HTTP/1.1 only, since the WebSocket upgrade is an HTTP/1.1 request.
     private static let alpn: [UInt8] = [8] + Array("http/1.1".utf8)
 
@@ -39,12 +36,8 @@ final class TLSClientContext {
         // An Access edge never renegotiates (it speaks TLS 1.3, which has no renegotiation); a TLS
         // 1.2 peer that asks gets a no_renegotiation alert and the stream goes on (issue 28.1).
         _ = SSL_CTX_set_options(made, CCFShim_SSL_OP_NO_RENEGOTIATION())
-        // Read ahead: one read() takes every record the socket holds, up to 256 KiB, instead of
-        // two reads (header, body) per 16 KiB record (issue 27 point 1). The bridge asks its loop
-        // to read again when it stops with bytes left in this buffer (`Bridge.readHeldBytes`).
-        // RELEASE_BUFFERS still gives the buffer back when it is empty.
-        _ = SSL_CTX_ctrl(made, SSL_CTRL_SET_READ_AHEAD, 1, nil)
-        SSL_CTX_set_default_read_buffer_len(made, TLSClientContext.readBufferLength)
+        // No read-ahead: OpenSSL's would move what is left in its buffer to the front before
+        // every record. A bridge's reads go through `RecordSource` instead, one recv() per 256 KiB.
         if let caFile {
             guard SSL_CTX_load_verify_locations(made, caFile, nil) == 1 else {
                 ERR_clear_error()

@@ -92,9 +92,8 @@ struct DataPathTests {
     @Test("an edge that sends a burst in frames of 1 byte to 64 KiB and then falls silent: after the local side paused it, every byte arrives", arguments: [0, 40, 60])
     func burstThenSilence(round: Int) throws {
         // Python's TLS (an independent peer): frames of 1 byte to 64 KiB, then no Close and no
-        // byte more, so nothing on the socket announces bytes the bridge left unread. (The case
-        // of bytes left in OpenSSL's read-ahead buffer at a pause, `Bridge.readHeldBytes`, is not
-        // forced by this test: it depends on where the pause falls.)
+        // byte more, so nothing on the socket announces bytes the bridge received and left
+        // unread when it paused (parked in its RecordSource queue, read when it resumes).
         let total = (1 << 20) + round * (96 << 10) + 4321
         let edge = try HostileEdge(mode: "burst-hold", extra: ["--burst-bytes", String(total)])
         let listener = try ListenerProcess(arguments: try edge.clientArguments())

@@ -1,0 +1,162 @@
+internal import CCFOpenSSL
+internal import CCFShim
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where OpenSSL reads a bridge's TLS records from once the WebSocket is open (issue 27 point 1):
+/// a BIO of our own that takes up to 256 KiB from the socket with one `recv()` and hands OpenSSL
+/// the record headers and bodies it asks for from there.
+///
+/// OpenSSL without read-ahead makes two `read()`s per 16 KiB record (header, body); with its own
+/// read-ahead it moves what is left in its buffer to the buffer's start before each record
+/// (measured: a `memmove` inside `SSL_read` took 15–18 % of the download CPU with a 256 KiB
+/// buffer). Here each byte is copied once, from our buffer into OpenSSL's record buffer.
+///
+/// The buffer is the loop's (its bridges run one at a time on its thread). Bytes a bridge leaves
+/// there when it stops reading (paused, or its budget spent) are parked in the bridge's own
+/// queue, and the bridge asks the loop to read again (no socket announces them).
+final class RecordSource {
+    /// The loop's receive buffer, shared by its bridges.
+    final class Scratch {
+        let buffer: UnsafeMutableRawPointer
+        let capacity: Int
+        var start = 0
+        var end = 0
+        /// The source whose bytes are in the buffer.
+        var owner: RecordSource?
+
+        init(capacity: Int) {
+            self.capacity = capacity
+            buffer = .allocate(byteCount: capacity, alignment: 16)
+        }
+
+        deinit { buffer.deallocate() }
+    }
+
+    private let scratch: Scratch
+    private var parked = ByteQueue()
+    private let fd: Int32
+    /// While false, an empty buffer is not refilled from the socket: OpenSSL hears "retry", and
+    /// epoll announces the socket's bytes later (the bridge's read budget is spent).
+    var mayReceive = true
+
+    init(scratch: Scratch, fd: Int32) {
+        self.scratch = scratch
+        self.fd = fd
+    }
+
+    /// Bytes read from the socket that OpenSSL has not taken yet.
+    var hasBytes: Bool { !parked.isEmpty || (scratch.owner === self && scratch.end > scratch.start) }
+
+    /// Moves this source's bytes out of the shared buffer into its own queue.
+    func park() {
+        guard scratch.owner === self else { return }
+        if scratch.end > scratch.start {
+            parked.append(UnsafeRawBufferPointer(start: scratch.buffer + scratch.start, count: scratch.end - scratch.start))
+        }
+        scratch.start = 0
+        scratch.end = 0
+        scratch.owner = nil
+    }
+
+    /// Drops what is buffered (the edge is torn down).
+    func reset() {
+        if scratch.owner === self {
+            scratch.start = 0
+            scratch.end = 0
+            scratch.owner = nil
+        }
+        parked.reset()
+    }
+
+    /// What one read for OpenSSL gave.
+    private enum Read {
+        case bytes(Int)
+        /// Nothing now: retry when epoll says so.
+        case later
+        case endOfStream
+        /// The socket failed; errno holds why.
+        case failed
+    }
+
+    private func read(into destination: UnsafeMutableRawPointer, _ length: Int) -> Read {
+        if !parked.isEmpty {
+            let n = parked.consume(upTo: length) { chunk in
+                destination.copyMemory(from: chunk.baseAddress!, byteCount: chunk.count)
+                return chunk.count
+            }
+            return .bytes(n)
+        }
+        if scratch.owner !== self || scratch.end == scratch.start {
+            guard mayReceive else { return .later }
+            if let other = scratch.owner, other !== self { other.park() }
+            var n = 0
+            repeat {
+                n = Glibc.recv(fd, scratch.buffer, scratch.capacity, 0)
+            } while n < 0 && errno == EINTR
+            if n == 0 { return .endOfStream }
+            if n < 0 { return errno == EAGAIN || errno == EWOULDBLOCK ? .later : .failed }
+            scratch.owner = self
+            scratch.start = 0
+            scratch.end = n
+        }
+        let n = min(length, scratch.end - scratch.start)
+        destination.copyMemory(from: scratch.buffer + scratch.start, byteCount: n)
+        scratch.start += n
+        if scratch.start == scratch.end {
+            scratch.start = 0
+            scratch.end = 0
+            scratch.owner = nil
+        }
+        return .bytes(n)
+    }
+
+    /// A BIO that reads through this source, to be given to `SSL_set0_rbio`; nil if OpenSSL
+    /// refused. The BIO holds the source unretained: the bridge keeps it longer than its `SSL`.
+    func makeBIO() -> OpaquePointer? {
+        guard let method = Self.method, let bio = BIO_new(method) else { return nil }
+        BIO_set_data(bio, Unmanaged.passUnretained(self).toOpaque())
+        BIO_set_init(bio, 1)
+        return bio
+    }
+
+    /// Our BIO method (made once). Never changed after it is made, and OpenSSL only reads it.
+    nonisolated(unsafe) private static let method: OpaquePointer? = {
+        let index = BIO_get_new_index()
+        guard index > 0, let method = BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "cfat record source") else { return nil }
+        _ = BIO_meth_set_read_ex(method, readRecords)
+        _ = BIO_meth_set_ctrl(method, control)
+        return method
+    }()
+
+    private static let readRecords: @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int,
+                                                     UnsafeMutablePointer<Int>?) -> Int32 = { bio, data, length, read in
+        read?.pointee = 0
+        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
+        BIO_clear_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_WRITE | BIO_FLAGS_IO_SPECIAL | BIO_FLAGS_SHOULD_RETRY)
+        let source = Unmanaged<RecordSource>.fromOpaque(raw).takeUnretainedValue()
+        switch source.read(into: UnsafeMutableRawPointer(data), length) {
+        case .bytes(let n):
+            read?.pointee = n
+            return 1
+        case .later:
+            BIO_set_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY)
+            return 0
+        case .endOfStream, .failed:
+            return 0
+        }
+    }
+
+    private static let control: @convention(c) (OpaquePointer?, Int32, Int, UnsafeMutableRawPointer?) -> Int = { bio, command, _, _ in
+        switch command {
+        case BIO_CTRL_PENDING:
+            guard let bio, let raw = BIO_get_data(bio) else { return 0 }
+            return Unmanaged<RecordSource>.fromOpaque(raw).takeUnretainedValue().hasBytes ? 1 : 0
+        case BIO_CTRL_FLUSH:
+            return 1
+        default:
+            return 0
+        }
+    }
+}
