@@ -413,12 +413,10 @@ final class Bridge {
         let capacity = loop.rxCapacity
         var budget = 1 << 20
         source?.mayReceive = true
-        defer {
-            source?.mayReceive = true
-            // Bytes left in the loop's receive buffer (reading paused) move to this bridge's own
-            // queue; the machine reads again as soon as it resumes (`.readEdge`).
-            source?.park()
-        }
+        // Bytes left in the loop's receive buffer when reading pauses stay there until another
+        // bridge of the loop needs the buffer (they then move to this bridge's own queue); the
+        // machine reads again as soon as it resumes (`.readEdge`).
+        defer { source?.mayReceive = true }
         // Once the budget is spent, what was already received is still decrypted, but nothing
         // more is taken from the socket this time (epoll announces it again).
         while session != nil, machine.readsEdge, budget > 0 || source?.hasBytes == true {

@@ -14,8 +14,9 @@ import Glibc
 /// buffer). Here each byte is copied once, from our buffer into OpenSSL's record buffer.
 ///
 /// The buffer is the loop's (its bridges run one at a time on its thread). Bytes a bridge leaves
-/// there when it stops reading (paused, or its budget spent) are parked in the bridge's own
-/// queue, and the bridge asks the loop to read again (no socket announces them).
+/// there when its reading pauses stay until another bridge needs the buffer; they then move to
+/// the bridge's own queue (`park`). Either way the bridge reads them when it resumes, since no
+/// socket announces them.
 final class RecordSource {
     /// The loop's receive buffer, shared by its bridges.
     final class Scratch {

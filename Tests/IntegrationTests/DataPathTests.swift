@@ -120,6 +120,37 @@ struct DataPathTests {
         #expect(corrupt == nil, "byte \(corrupt ?? 0) differs from the pattern")
     }
 
+    @Test("two downloads on one carrier thread: one paused with received bytes left in the loop's buffer while the other reads; both get every byte in order")
+    func pausedBytesSurviveAnotherBridge() throws {
+        let size = 24 << 20
+        let source = try TargetFixture(.source, bytes: size)
+        let edge = try EdgeFixture(certs: try certs(), target: source.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(edge: edge, extra: ["--threads", "1"]))
+        defer { listener.stop() }
+        // The first connection does not read: its bridge pauses, often with bytes it received and
+        // had not decrypted yet still in the loop's shared receive buffer.
+        let paused = try ClientSocket(port: listener.port)
+        var small: Int32 = 64 << 10
+        _ = setsockopt(paused.fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        Thread.sleep(forTimeInterval: 1.5)
+        // The second reads everything at once, through the same loop and buffer.
+        func checked(_ client: ClientSocket) throws -> (count: Int, corrupt: Int?) {
+            var offset = 0
+            var corrupt: Int?
+            let count = try client.receive(count: size) { chunk in
+                for (index, byte) in chunk.enumerated() where corrupt == nil && Int(byte) != (offset + index) % 251 {
+                    corrupt = offset + index
+                }
+                offset += chunk.count
+            }
+            return (count, corrupt)
+        }
+        let other = try checked(try ClientSocket(port: listener.port))
+        #expect(other.count == size && other.corrupt == nil, "\(other)")
+        let first = try checked(paused)
+        #expect(first.count == size && first.corrupt == nil, "\(first)")
+    }
+
     @Test("an origin that does not read pauses the client: memory stays bounded, the sender is held back")
     func flowControlTowardsOrigin() throws {
         // A target that accepts and never reads.
