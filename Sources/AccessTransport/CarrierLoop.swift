@@ -61,9 +61,9 @@ package final class CarrierLoop: @unchecked Sendable {
     let controlBuffer: UnsafeMutableRawPointer
     /// Where this loop's bridges' TLS records are made before one `send()` takes them (room for
     /// a whole 256 KiB frame's records).
-    let cipherScratch = CipherSink.Scratch(capacity: 512 << 10)
+    let cipherScratch = LoopBuffer(capacity: 512 << 10)
     /// Where this loop's bridges receive the edge's records, up to 256 KiB per `recv()`.
-    let recordScratch = RecordSource.Scratch(capacity: 256 << 10)
+    let recordScratch = LoopBuffer(capacity: 256 << 10)
     /// Masking keys and upgrade keys (the service thread only).
     var random = RandomPool()
     /// The epoll set of every established bridge's two sockets; itself watched by libwebsockets.

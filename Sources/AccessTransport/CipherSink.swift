@@ -17,34 +17,18 @@ import Glibc
 /// `SSL_write` says WANT_WRITE, and the bridge keeps the plaintext in `toOrigin` as with a full
 /// socket.
 final class CipherSink {
-    /// The loop's scratch buffer, shared by its bridges.
-    final class Scratch {
-        let buffer: UnsafeMutableRawPointer
-        let capacity: Int
-        var count = 0
-        /// The sink whose records are in the buffer.
-        var owner: CipherSink?
-
-        init(capacity: Int) {
-            self.capacity = capacity
-            buffer = .allocate(byteCount: capacity, alignment: 16)
-        }
-
-        deinit { buffer.deallocate() }
-    }
-
     /// Bytes the queue may hold before OpenSSL is asked to retry.
     static let queueLimit = 256 << 10
 
-    private let scratch: Scratch
+    private let scratch: LoopBuffer
     private var queue = ByteQueue()
 
-    init(scratch: Scratch) {
+    init(scratch: LoopBuffer) {
         self.scratch = scratch
     }
 
     /// Ciphertext made and not yet sent.
-    var count: Int { queue.count + (scratch.owner === self ? scratch.count : 0) }
+    var count: Int { queue.count + scratch.count(of: self) }
 
     var isEmpty: Bool { count == 0 }
 
@@ -55,24 +39,23 @@ final class CipherSink {
             queue.append(UnsafeRawBufferPointer(start: bytes, count: length))
             return true
         }
-        if let other = scratch.owner, other !== self { other.park() }
-        guard scratch.count + length <= scratch.capacity else {
+        if let other = scratch.owner as? CipherSink, other !== self { other.park() }
+        if scratch.owner !== self { scratch.release(from: scratch.owner ?? self) }
+        guard scratch.end + length <= scratch.capacity else {
             // Only reached with records of ours in the buffer (a record is at most ~16 KiB):
             // the caller sends them and OpenSSL retries.
             return false
         }
-        (scratch.buffer + scratch.count).copyMemory(from: bytes, byteCount: length)
-        scratch.count += length
+        (scratch.bytes + scratch.end).copyMemory(from: bytes, byteCount: length)
+        scratch.end += length
         scratch.owner = self
         return true
     }
 
     /// Moves this sink's records out of the scratch buffer into its own queue.
     func park() {
-        guard scratch.owner === self else { return }
-        queue.append(UnsafeRawBufferPointer(start: scratch.buffer, count: scratch.count))
-        scratch.count = 0
-        scratch.owner = nil
+        queue.append(scratch.held(by: self))
+        scratch.release(from: self)
     }
 
     /// What sending did.
@@ -100,62 +83,43 @@ final class CipherSink {
             park()
             return .progress
         }
-        var offset = 0
-        while offset < scratch.count {
-            let n = Glibc.send(fd, scratch.buffer + offset, scratch.count - offset, Int32(MSG_NOSIGNAL))
+        while scratch.start < scratch.end {
+            let n = Glibc.send(fd, scratch.bytes + scratch.start, scratch.end - scratch.start, Int32(MSG_NOSIGNAL))
             if n > 0 {
-                offset += n
+                scratch.start += n
                 continue
             }
             if n < 0, errno == EINTR { continue }
             if n < 0, errno != EAGAIN, errno != EWOULDBLOCK { failure = errno }
             break
         }
-        if offset < scratch.count {
-            queue.append(UnsafeRawBufferPointer(start: scratch.buffer + offset, count: scratch.count - offset))
-        }
-        scratch.count = 0
-        scratch.owner = nil
+        park()
         if let failure { return .failed(failure) }
         return .progress
     }
 
     /// Drops everything (the edge is torn down).
     func reset() {
-        if scratch.owner === self {
-            scratch.count = 0
-            scratch.owner = nil
-        }
+        scratch.release(from: self)
         queue.reset()
     }
 
     /// A BIO that writes into this sink, to be given to `SSL_set0_wbio`; nil if OpenSSL refused.
-    /// The BIO holds the sink unretained: the bridge keeps the sink longer than its `SSL`.
-    func makeBIO() -> OpaquePointer? {
-        guard let method = Self.method, let bio = BIO_new(method) else { return nil }
-        BIO_set_data(bio, Unmanaged.passUnretained(self).toOpaque())
-        BIO_set_init(bio, 1)
-        return bio
-    }
+    func makeBIO() -> OpaquePointer? { CarrierBIO.make(Self.method, serving: self) }
 
-    /// Our BIO method (made once; its type index is taken from OpenSSL's counter). Never changed
-    /// after it is made, and OpenSSL only reads it, so every thread may use it.
-    nonisolated(unsafe) private static let method: OpaquePointer? = {
-        let index = BIO_get_new_index()
-        guard index > 0, let method = BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "cfat records") else { return nil }
+    /// Our BIO method (made once). Never changed after it is made, and OpenSSL only reads it, so
+    /// every thread may use it.
+    nonisolated(unsafe) private static let method: OpaquePointer? = CarrierBIO.method(named: "cfat records") { method in
         _ = BIO_meth_set_write_ex(method, writeRecords)
         _ = BIO_meth_set_ctrl(method, control)
-        return method
-    }()
+    }
 
     private static let writeRecords: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, Int,
                                                       UnsafeMutablePointer<Int>?) -> Int32 = { bio, data, length, written in
-        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
-        BIO_clear_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_WRITE | BIO_FLAGS_IO_SPECIAL | BIO_FLAGS_SHOULD_RETRY)
-        let sink = Unmanaged<CipherSink>.fromOpaque(raw).takeUnretainedValue()
+        written?.pointee = 0
+        guard let data, let sink = CarrierBIO.object(of: bio, as: CipherSink.self) else { return 0 }
         guard sink.take(UnsafeRawPointer(data), length) else {
             BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY)
-            written?.pointee = 0
             return 0
         }
         written?.pointee = length
@@ -167,8 +131,7 @@ final class CipherSink {
         case BIO_CTRL_FLUSH:
             return 1
         case BIO_CTRL_WPENDING:
-            guard let bio, let raw = BIO_get_data(bio) else { return 0 }
-            return Unmanaged<CipherSink>.fromOpaque(raw).takeUnretainedValue().count
+            return CarrierBIO.object(of: bio, as: CipherSink.self)?.count ?? 0
         default:
             return 0
         }

@@ -18,56 +18,30 @@ import Glibc
 /// the bridge's own queue (`park`). Either way the bridge reads them when it resumes, since no
 /// socket announces them.
 final class RecordSource {
-    /// The loop's receive buffer, shared by its bridges.
-    final class Scratch {
-        let buffer: UnsafeMutableRawPointer
-        let capacity: Int
-        var start = 0
-        var end = 0
-        /// The source whose bytes are in the buffer.
-        var owner: RecordSource?
-
-        init(capacity: Int) {
-            self.capacity = capacity
-            buffer = .allocate(byteCount: capacity, alignment: 16)
-        }
-
-        deinit { buffer.deallocate() }
-    }
-
-    private let scratch: Scratch
+    private let scratch: LoopBuffer
     private var parked = ByteQueue()
     private let fd: Int32
     /// While false, an empty buffer is not refilled from the socket: OpenSSL hears "retry", and
     /// epoll announces the socket's bytes later (the bridge's read budget is spent).
     var mayReceive = true
 
-    init(scratch: Scratch, fd: Int32) {
+    init(scratch: LoopBuffer, fd: Int32) {
         self.scratch = scratch
         self.fd = fd
     }
 
     /// Bytes read from the socket that OpenSSL has not taken yet.
-    var hasBytes: Bool { !parked.isEmpty || (scratch.owner === self && scratch.end > scratch.start) }
+    var hasBytes: Bool { !parked.isEmpty || scratch.count(of: self) > 0 }
 
     /// Moves this source's bytes out of the shared buffer into its own queue.
     func park() {
-        guard scratch.owner === self else { return }
-        if scratch.end > scratch.start {
-            parked.append(UnsafeRawBufferPointer(start: scratch.buffer + scratch.start, count: scratch.end - scratch.start))
-        }
-        scratch.start = 0
-        scratch.end = 0
-        scratch.owner = nil
+        parked.append(scratch.held(by: self))
+        scratch.release(from: self)
     }
 
     /// Drops what is buffered (the edge is torn down).
     func reset() {
-        if scratch.owner === self {
-            scratch.start = 0
-            scratch.end = 0
-            scratch.owner = nil
-        }
+        scratch.release(from: self)
         parked.reset()
     }
 
@@ -89,12 +63,13 @@ final class RecordSource {
             }
             return .bytes(n)
         }
-        if scratch.owner !== self || scratch.end == scratch.start {
+        if scratch.count(of: self) == 0 {
             guard mayReceive else { return .later }
-            if let other = scratch.owner, other !== self { other.park() }
+            if let other = scratch.owner as? RecordSource, other !== self { other.park() }
+            if scratch.owner !== self { scratch.release(from: scratch.owner ?? self) }
             var n = 0
             repeat {
-                n = Glibc.recv(fd, scratch.buffer, scratch.capacity, 0)
+                n = Glibc.recv(fd, scratch.bytes, scratch.capacity, 0)
             } while n < 0 && errno == EINTR
             if n == 0 { return .endOfStream }
             if n < 0 { return errno == EAGAIN || errno == EWOULDBLOCK ? .later : .failed }
@@ -103,40 +78,25 @@ final class RecordSource {
             scratch.end = n
         }
         let n = min(length, scratch.end - scratch.start)
-        destination.copyMemory(from: scratch.buffer + scratch.start, byteCount: n)
+        destination.copyMemory(from: scratch.bytes + scratch.start, byteCount: n)
         scratch.start += n
-        if scratch.start == scratch.end {
-            scratch.start = 0
-            scratch.end = 0
-            scratch.owner = nil
-        }
+        if scratch.start == scratch.end { scratch.release(from: self) }
         return .bytes(n)
     }
 
-    /// A BIO that reads through this source, to be given to `SSL_set0_rbio`; nil if OpenSSL
-    /// refused. The BIO holds the source unretained: the bridge keeps it longer than its `SSL`.
-    func makeBIO() -> OpaquePointer? {
-        guard let method = Self.method, let bio = BIO_new(method) else { return nil }
-        BIO_set_data(bio, Unmanaged.passUnretained(self).toOpaque())
-        BIO_set_init(bio, 1)
-        return bio
-    }
+    /// A BIO that reads through this source, to be given to `SSL_set0_rbio`; nil if OpenSSL refused.
+    func makeBIO() -> OpaquePointer? { CarrierBIO.make(Self.method, serving: self) }
 
     /// Our BIO method (made once). Never changed after it is made, and OpenSSL only reads it.
-    nonisolated(unsafe) private static let method: OpaquePointer? = {
-        let index = BIO_get_new_index()
-        guard index > 0, let method = BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "cfat record source") else { return nil }
+    nonisolated(unsafe) private static let method: OpaquePointer? = CarrierBIO.method(named: "cfat record source") { method in
         _ = BIO_meth_set_read_ex(method, readRecords)
         _ = BIO_meth_set_ctrl(method, control)
-        return method
-    }()
+    }
 
     private static let readRecords: @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int,
                                                      UnsafeMutablePointer<Int>?) -> Int32 = { bio, data, length, read in
         read?.pointee = 0
-        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
-        BIO_clear_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_WRITE | BIO_FLAGS_IO_SPECIAL | BIO_FLAGS_SHOULD_RETRY)
-        let source = Unmanaged<RecordSource>.fromOpaque(raw).takeUnretainedValue()
+        guard let data, let source = CarrierBIO.object(of: bio, as: RecordSource.self) else { return 0 }
         switch source.read(into: UnsafeMutableRawPointer(data), length) {
         case .bytes(let n):
             read?.pointee = n
@@ -152,8 +112,7 @@ final class RecordSource {
     private static let control: @convention(c) (OpaquePointer?, Int32, Int, UnsafeMutableRawPointer?) -> Int = { bio, command, _, _ in
         switch command {
         case BIO_CTRL_PENDING:
-            guard let bio, let raw = BIO_get_data(bio) else { return 0 }
-            return Unmanaged<RecordSource>.fromOpaque(raw).takeUnretainedValue().hasBytes ? 1 : 0
+            return CarrierBIO.object(of: bio, as: RecordSource.self)?.hasBytes == true ? 1 : 0
         case BIO_CTRL_FLUSH:
             return 1
         default:
