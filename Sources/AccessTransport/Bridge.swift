@@ -412,7 +412,6 @@ final class Bridge {
         let buffer = loop.rxBuffer
         let capacity = loop.rxCapacity
         var budget = 1 << 20
-        source?.mayReceive = true
         // Bytes left in the loop's receive buffer when reading pauses stay there until another
         // bridge of the loop needs the buffer (they then move to this bridge's own queue); the
         // machine reads again as soon as it resumes (`.readEdge`).

@@ -17,7 +17,7 @@ package final class CarrierPool: Sendable {
     private let tuning: CarrierLoop.Tuning
     private let onEvent: @Sendable (BridgeEvent) -> Void
     /// The most loops this pool runs (at least 1).
-    package let maxLoops: Int
+    private let maxLoops: Int
     private let ids = LockedBox(0)
     private let loops = LockedBox<[CarrierLoop]>([])
 
@@ -43,9 +43,6 @@ package final class CarrierPool: Sendable {
         try first.start()
         loops.withLock { $0 = [first] }
     }
-
-    /// The loops running now.
-    package var runningLoops: Int { loops.withLock { $0.count } }
 
     /// Bridges `fd` on the least busy loop, starting another loop first when every running one is
     /// busy; the arguments are ``CarrierLoop/bridge(socket:request:credential:handBackOnRefusal:handBackWhenRetryable:attempt:)``'s.
@@ -96,10 +93,6 @@ package final class CarrierPool: Sendable {
     /// the loops, all at once. Returns once every loop's thread has ended.
     package func shutdown() {
         let all = loops.withLock { $0 }
-        if all.count == 1 {
-            all[0].shutdown()
-            return
-        }
         DispatchQueue.concurrentPerform(iterations: all.count) { all[$0].shutdown() }
     }
 }

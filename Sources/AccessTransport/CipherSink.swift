@@ -16,7 +16,7 @@ import Glibc
 /// order never changes. The queue is bounded: beyond `queueLimit` the BIO asks OpenSSL to retry,
 /// `SSL_write` says WANT_WRITE, and the bridge keeps the plaintext in `toOrigin` as with a full
 /// socket.
-final class CipherSink {
+final class CipherSink: LoopBufferTenant {
     /// Bytes the queue may hold before OpenSSL is asked to retry.
     static let queueLimit = 256 << 10
 
@@ -39,8 +39,7 @@ final class CipherSink {
             queue.append(UnsafeRawBufferPointer(start: bytes, count: length))
             return true
         }
-        if let other = scratch.owner as? CipherSink, other !== self { other.park() }
-        if scratch.owner !== self { scratch.release(from: scratch.owner ?? self) }
+        scratch.claim(for: self)
         guard scratch.end + length <= scratch.capacity else {
             // Only reached with records of ours in the buffer (a record is at most ~16 KiB):
             // the caller sends them and OpenSSL retries.
@@ -48,7 +47,6 @@ final class CipherSink {
         }
         (scratch.bytes + scratch.end).copyMemory(from: bytes, byteCount: length)
         scratch.end += length
-        scratch.owner = self
         return true
     }
 
@@ -71,31 +69,40 @@ final class CipherSink {
         var failure: Int32?
         while !queue.isEmpty, failure == nil {
             let taken = queue.consume(upTo: 1 << 20) { chunk in
-                let n = Glibc.send(fd, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
-                if n < 0, errno != EAGAIN, errno != EWOULDBLOCK, errno != EINTR { failure = errno }
-                return max(0, n)
+                let (sent, failed) = Self.sendAvailable(chunk, to: fd)
+                failure = failed
+                return sent
             }
             if taken == 0 { break }
         }
         if let failure { return .failed(failure) }
         guard scratch.owner === self else { return .progress }
-        if !queue.isEmpty {
-            park()
-            return .progress
-        }
-        while scratch.start < scratch.end {
-            let n = Glibc.send(fd, scratch.bytes + scratch.start, scratch.end - scratch.start, Int32(MSG_NOSIGNAL))
-            if n > 0 {
-                scratch.start += n
-                continue
-            }
-            if n < 0, errno == EINTR { continue }
-            if n < 0, errno != EAGAIN, errno != EWOULDBLOCK { failure = errno }
-            break
+        if queue.isEmpty {
+            let (sent, failed) = Self.sendAvailable(scratch.held(by: self), to: fd)
+            scratch.start += sent
+            failure = failed
         }
         park()
         if let failure { return .failed(failure) }
         return .progress
+    }
+
+    /// Sends as much of `bytes` as the non-blocking socket `fd` takes now (again after EINTR):
+    /// how many it took, and the errno that stopped it unless that was "full" (EAGAIN).
+    private static func sendAvailable(_ bytes: UnsafeRawBufferPointer, to fd: Int32) -> (sent: Int, failure: Int32?) {
+        var offset = 0
+        while offset < bytes.count {
+            let n = Glibc.send(fd, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+            if n > 0 {
+                offset += n
+                continue
+            }
+            if n == 0 { break }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { break }
+            return (offset, errno)
+        }
+        return (offset, nil)
     }
 
     /// Drops everything (the edge is torn down).

@@ -3,16 +3,23 @@ internal import CCFOpenSSL
 import Glibc
 #endif
 
+/// What holds bytes in a `LoopBuffer`: it can move them to a queue of its own.
+protocol LoopBufferTenant: AnyObject {
+    /// Moves this tenant's bytes out of the buffer (into its own queue) and releases it.
+    func park()
+}
+
 /// A buffer of one carrier loop, lent to one bridge at a time (the loop's bridges run one after
 /// another on its thread): the bytes between `start` and `end` belong to `owner`. A bridge that
-/// needs the buffer while another owns bytes in it first moves them to that bridge's own queue.
+/// needs the buffer while another owns bytes in it first moves them to that bridge's own queue
+/// (`claim`).
 final class LoopBuffer {
     let bytes: UnsafeMutableRawPointer
     let capacity: Int
     var start = 0
     var end = 0
     /// Whose bytes are in the buffer (nil: none).
-    var owner: AnyObject?
+    private(set) var owner: (any LoopBufferTenant)?
 
     init(capacity: Int) {
         self.capacity = capacity
@@ -27,6 +34,14 @@ final class LoopBuffer {
     /// `object`'s bytes here, as a buffer.
     func held(by object: AnyObject) -> UnsafeRawBufferPointer {
         UnsafeRawBufferPointer(start: bytes + start, count: count(of: object))
+    }
+
+    /// Makes `tenant` the owner, the previous owner's bytes parked first; an empty buffer's start
+    /// and end are 0.
+    func claim(for tenant: any LoopBufferTenant) {
+        guard owner !== tenant else { return }
+        owner?.park()
+        owner = tenant
     }
 
     /// Empties the buffer if `object` owns it.

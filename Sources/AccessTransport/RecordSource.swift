@@ -17,7 +17,7 @@ import Glibc
 /// there when its reading pauses stay until another bridge needs the buffer; they then move to
 /// the bridge's own queue (`park`). Either way the bridge reads them when it resumes, since no
 /// socket announces them.
-final class RecordSource {
+final class RecordSource: LoopBufferTenant {
     private let scratch: LoopBuffer
     private var parked = ByteQueue()
     private let fd: Int32
@@ -65,15 +65,16 @@ final class RecordSource {
         }
         if scratch.count(of: self) == 0 {
             guard mayReceive else { return .later }
-            if let other = scratch.owner as? RecordSource, other !== self { other.park() }
-            if scratch.owner !== self { scratch.release(from: scratch.owner ?? self) }
+            scratch.claim(for: self)
             var n = 0
             repeat {
                 n = Glibc.recv(fd, scratch.bytes, scratch.capacity, 0)
             } while n < 0 && errno == EINTR
-            if n == 0 { return .endOfStream }
-            if n < 0 { return errno == EAGAIN || errno == EWOULDBLOCK ? .later : .failed }
-            scratch.owner = self
+            if n <= 0 {
+                scratch.release(from: self)
+                if n == 0 { return .endOfStream }
+                return errno == EAGAIN || errno == EWOULDBLOCK ? .later : .failed
+            }
             scratch.start = 0
             scratch.end = n
         }
