@@ -33,6 +33,15 @@ Stall modes (the client is expected to have endless bytes to send, e.g. stdin fr
                KeyUpdate while one of its application records waits for the socket, "bad length".)
   stop-reading never reads, never writes after the 101 (the control case)
 Each stall mode logs `stalled` once it has gone silent.
+
+Idle modes (a connection that waits for its request, as a client's spare connection does; a
+request that comes in time is answered with a 101 and every binary frame echoed back):
+  idle-drop    closes a connection whose request has not come within --idle-limit seconds of its
+               TLS handshake (logs `idle-closed`), as an edge closes an idle keep-alive connection
+  idle-race    never closes an idle connection itself, but one whose request comes --idle-limit
+               seconds or more after its handshake is closed without an answer as the request
+               arrives (logs `request-after-idle`): the edge's idle close crossing the request
+Both log `request-in-time` for a request they answer.
 """
 
 import argparse
@@ -174,7 +183,10 @@ class Connection:
 
 
 def upgrade(conn):
-    key = conn.request_head()
+    answer_upgrade(conn, conn.request_head())
+
+
+def answer_upgrade(conn, key):
     if key is None:
         raise EOFError()
     accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
@@ -194,6 +206,36 @@ def drain(conn):
                 return
     except (EOFError, ssl.SSLError, OSError) as error:
         log("client-gone %s" % type(error).__name__)
+
+
+def idle(conn, args):
+    """idle-drop / idle-race: how long the request took after the handshake decides."""
+    started = time.monotonic()
+    conn.sock.settimeout(args.idle_limit if args.mode == "idle-drop" else 60)
+    try:
+        key = conn.request_head()
+    except socket.timeout:
+        log("idle-closed")
+        conn.sock.close()
+        return
+    waited = time.monotonic() - started
+    if args.mode == "idle-race" and waited >= args.idle_limit:
+        log("request-after-idle %.2f" % waited)
+        conn.sock.close()
+        return
+    log("request-in-time")
+    conn.sock.settimeout(60)
+    answer_upgrade(conn, key)
+    while True:
+        opcode, payload = conn.client_frame()
+        if opcode in (0x0, 0x2):
+            conn.sock.sendall(conn.records(frame(0x2, payload)))
+        elif opcode == 0x9:
+            conn.sock.sendall(conn.records(frame(0xA, payload)))
+        elif opcode == 0x8:
+            conn.sock.sendall(conn.records(frame(0x8, payload[:2])))
+            conn.sock.close()
+            return
 
 
 def reset(sock):
@@ -308,9 +350,10 @@ def main():
     parser.add_argument("--key", required=True)
     parser.add_argument("--mode", required=True,
                         choices=["cut", "reset", "garbage", "replay", "masked", "close-error",
-                                 "renegotiate", "keyupdate", "stop-reading"])
+                                 "renegotiate", "keyupdate", "stop-reading", "idle-drop", "idle-race"])
     parser.add_argument("--ping-first", action="store_true")
     parser.add_argument("--stall-after", type=float, default=1.0)
+    parser.add_argument("--idle-limit", type=float, default=0.3)
     args = parser.parse_args()
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -337,6 +380,9 @@ def main():
             conn = Connection(raw, context)
             try:
                 conn.handshake()
+                if args.mode in ("idle-drop", "idle-race"):
+                    idle(conn, args)
+                    return
                 upgrade(conn)
                 if args.mode in ("renegotiate", "keyupdate", "stop-reading"):
                     stall(conn, args, openssl)

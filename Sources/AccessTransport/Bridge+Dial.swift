@@ -8,7 +8,7 @@ import Glibc
 #endif
 
 /// Where a connection to the edge goes: the address dialled, and what a proxy is asked for.
-struct EdgeRoute: Sendable {
+struct EdgeRoute: Sendable, Equatable {
     /// The numeric address connected to: the edge's, or the proxy's.
     var address: String
     /// Its port.
@@ -29,6 +29,9 @@ enum DialStage {
     case tls
     /// The upgrade request goes out, then the answer is read.
     case upgrade
+    /// A spare's TLS is open and it waits for a local connection, reading only what the edge
+    /// sends unasked (session tickets); anything else, or the end, discards it.
+    case parked
     /// The WebSocket is open, or the dial failed: no more dialling.
     case over
 }
@@ -39,29 +42,23 @@ enum DialStage {
 extension Bridge {
     // MARK: Dialing
 
-    /// Starts the dial: checks the request, then opens the TCP connection (non-blocking).
+    /// Starts the dial: checks the request, then opens the TCP connection (non-blocking). A spare
+    /// has no request yet: it opens the connection and TLS, then parks.
     func dial(route: EdgeRoute) {
         let config = loop.configuration
         let origin = config.request.origin
         self.route = route
-        let keyText = Base64.encode(loop.random.bytes(16), alphabet: .standard, padded: true)
-        expectedAccept = Digest.webSocketAccept(key: keyText)
-        let hostHeader = config.connectTo?.serverName ?? origin.hostHeader
-        upgradeRequest = WebSocketUpgrade.requestHead(handshake.request, host: hostHeader, key: keyText)
-        guard upgradeRequest.count <= WebSocketUpgrade.requestLimit else {
-            // Said plainly before any byte leaves.
-            let size = upgradeRequest.count
-            upgradeRequest = []
-            dialStage = .over
-            fail(.configuration(ConfigurationError(
-                "the upgrade request's headers (\(size) bytes) do not fit in one request of at most "
-                    + "\(WebSocketUpgrade.requestLimit / 1024) KiB: shorten the extra headers")))
-            return
+        if !isSpare {
+            guard prepareUpgrade() else { return }
         }
         let via = route.tunnelTarget.map { " through the proxy \(route.address):\(route.port) (CONNECT \($0))" }
             ?? " via \(route.address):\(route.port)"
-        logger.debug("connection \(id): dialing \(origin.webSocketURL)\(via)",
-                     metadata: ["headers": "\(handshake.redactedLines)"])
+        if isSpare {
+            logger.debug("spare connection: dialing \(origin.webSocketURL)\(via) ahead of the next local connection")
+        } else {
+            logger.debug("connection \(id): dialing \(origin.webSocketURL)\(via)",
+                         metadata: ["headers": "\(handshake.redactedLines)"])
+        }
         dialDeadline = Self.now() + UInt64(max(1, config.handshakeTimeoutSeconds)) * 1_000_000_000
         switch SocketAddress(numeric: route.address, port: route.port) {
         case nil:
@@ -88,6 +85,60 @@ extension Bridge {
                 failDial(.tcpConnect(error))
             }
         }
+    }
+
+    /// Builds this connection's upgrade request (a fresh key, the expected accept). False, with
+    /// the failure reported, when the headers do not fit in one request.
+    private func prepareUpgrade() -> Bool {
+        let config = loop.configuration
+        let keyText = Base64.encode(loop.random.bytes(16), alphabet: .standard, padded: true)
+        expectedAccept = Digest.webSocketAccept(key: keyText)
+        let hostHeader = config.connectTo?.serverName ?? config.request.origin.hostHeader
+        upgradeRequest = WebSocketUpgrade.requestHead(handshake.request, host: hostHeader, key: keyText)
+        guard upgradeRequest.count <= WebSocketUpgrade.requestLimit else {
+            // Said plainly before any byte leaves.
+            let size = upgradeRequest.count
+            upgradeRequest = []
+            dialStage = .over
+            dialDeadline = nil
+            releaseSession()
+            closeEdgeSocket()
+            fail(.configuration(ConfigurationError(
+                "the upgrade request's headers (\(size) bytes) do not fit in one request of at most "
+                    + "\(WebSocketUpgrade.requestLimit / 1024) KiB: shorten the extra headers")))
+            return false
+        }
+        return true
+    }
+
+    /// A local connection takes over this spare (already re-keyed to `id` by the loop): its
+    /// request goes out as soon as the spare's TLS is open, at once when it is parked.
+    func adopt(localFD fd: Int32, handshake: Handshake) {
+        localFD = fd
+        self.handshake = handshake
+        isSpare = false
+        adoptedParked = dialStage == .parked
+        guard prepareUpgrade() else { return }
+        logger.debug("connection \(id): on a spare connection to the edge (\(adoptedParked ? "TLS open" : "TLS under way"))",
+                     metadata: ["headers": "\(handshake.redactedLines)"])
+        if adoptedParked { logger.debug("connection \(id): \(spareHandshake)") }
+        dialDeadline = Self.now() + UInt64(max(1, loop.configuration.handshakeTimeoutSeconds)) * 1_000_000_000
+        if dialStage == .parked {
+            dialSent = 0
+            headReader = ResponseHeadReader()
+            dialStage = .upgrade
+            advanceDial()
+        }
+        rearmTimer()
+    }
+
+    /// A new key after the loop moved this bridge to another id: its socket's epoll tag and its
+    /// timer follow.
+    func rekey(to newID: Int) {
+        id = newID
+        if edgeFD >= 0, edgeWatched { loop.modify(fd: edgeFD, tag: tag(.edge), events: edgeEvents) }
+        scheduledDeadline = nil
+        timerGeneration &+= 1
     }
 
     /// The TCP connect finished: its outcome.
@@ -131,12 +182,13 @@ extension Bridge {
             switch dialStage {
             case .over:
                 return
-            case .connecting, .proxy, .tls, .upgrade:
+            case .connecting, .proxy, .tls, .upgrade, .parked:
                 let step: DialStep
                 switch dialStage {
                 case .connecting: step = connectStep()
                 case .proxy: step = proxyStep()
                 case .tls: step = handshakeStep()
+                case .parked: step = parkedStep()
                 default: step = upgradeStep()
                 }
                 switch step {
@@ -214,7 +266,13 @@ extension Bridge {
         ERR_clear_error()
         let r = SSL_connect(session)
         if r == 1 {
-            logger.debug("connection \(id): \(TLSSessionCache.handshakeSummary(session))")
+            let summary = TLSSessionCache.handshakeSummary(session)
+            if isSpare {
+                spareHandshake = summary
+                logger.debug("spare connection: \(summary)")
+            } else {
+                logger.debug("connection \(id): \(summary)")
+            }
             let pins = loop.configuration.pins
             if !pins.isEmpty {
                 let chain = TLSSessionCache.presentedPins(session)
@@ -228,6 +286,13 @@ extension Bridge {
             if SSL_version(session) < TLS1_3_VERSION { watchRenegotiation(session) }
             dialSent = 0
             headReader = ResponseHeadReader()
+            if isSpare {
+                dialStage = .parked
+                dialDeadline = Self.now() + loop.spareLifetimeNanoseconds
+                rearmTimer()
+                logger.debug("spare connection: TLS open; it waits \(loop.spareLifetimeText) for the next local connection")
+                return .next
+            }
             dialStage = .upgrade
             return .next
         }
@@ -255,6 +320,22 @@ extension Bridge {
         }
         if error == SSL_ERROR_SYSCALL, code != 0 { return .closedDuringTLS(SystemError(code).description) }
         return .closedDuringTLS("closed by the peer")
+    }
+
+    /// A parked spare heard from the edge: session tickets are taken in; the end, an alert or
+    /// bytes nobody asked for discard it (no request was sent, so nothing of anyone's is lost).
+    private func parkedStep() -> DialStep {
+        guard let session else { return .wait(0) }
+        ERR_clear_error()
+        let r = SSL_read(session, loop.rxBuffer, Int32(loop.rxCapacity))
+        if r > 0 { return .failed(.closedDuringTLS("the edge sent data before any request")) }
+        let code = errno
+        let error = SSL_get_error(session, r)
+        switch error {
+        case SSL_ERROR_WANT_READ: return .wait(EPOLLIN.rawValue)
+        case SSL_ERROR_WANT_WRITE: return .wait(EPOLLOUT.rawValue)
+        default: return .failed(.closedDuringTLS(streamEnd(error: error, errno: code, writing: false)))
+        }
     }
 
     /// Sends the upgrade request, then reads the answer: bytes after its head are the first of
@@ -286,6 +367,7 @@ extension Bridge {
                 if error == SSL_ERROR_WANT_WRITE { return .wait(EPOLLOUT.rawValue) }
                 return .failed(.closedBeforeAnswer(streamEnd(error: error, errno: code, writing: false)))
             }
+            answerStarted = true
             let count = Int(r)
             switch headReader.feed(UnsafeRawBufferPointer(start: buffer, count: count)) {
             case .needMore:
@@ -322,8 +404,28 @@ extension Bridge {
         }
     }
 
-    /// The dial failed: everything of it is released, and the owner is told why.
+    /// The dial failed: everything of it is released, and the owner is told why. A spare goes
+    /// without a word; a connection whose parked spare the edge had closed (it ends before the
+    /// answer's first byte) is dialled once more on a new connection.
     func failDial(_ problem: DialProblem) {
+        if isSpare {
+            if dialStage == .parked, case .closedDuringTLS(let how) = problem {
+                logger.debug("spare connection: the edge ended it while it waited (\(how)); dropped")
+            } else {
+                logger.debug("spare connection: \(classified(problem).detail); dropped")
+            }
+            discardSpare(closeNotify: false)
+            return
+        }
+        if adoptedParked, !answerStarted, case .closedBeforeAnswer(let how) = problem {
+            logger.debug("connection \(id): the spare connection was closed by the edge (\(how)); dialling a new one")
+            adoptedParked = false
+            releaseSession()
+            closeSpareSocket()
+            dialStage = .connecting
+            dial(route: route)
+            return
+        }
         dialStage = .over
         dialDeadline = nil
         releaseSession()
@@ -339,6 +441,31 @@ extension Bridge {
             proxy: route.tunnelTarget == nil ? nil : config.proxy?.description,
             timeoutSeconds: config.handshakeTimeoutSeconds)
         return DialFailureClassifier.classify(problem, context)
+    }
+}
+
+extension Bridge {
+    /// The spare leaves the loop: its TLS and socket are released (after a close_notify when it
+    /// simply expired), and no one is told.
+    func discardSpare(closeNotify: Bool) {
+        dialStage = .over
+        dialDeadline = nil
+        if closeNotify, let session {
+            ERR_clear_error()
+            _ = SSL_shutdown(session)
+            ERR_clear_error()
+        }
+        releaseSession()
+        closeSpareSocket()
+        loop.spareGone(self)
+    }
+
+    /// Closes the edge's socket of a dial the machine never heard of.
+    private func closeSpareSocket() {
+        guard edgeFD >= 0 else { return }
+        unwatchEdge()
+        Glibc.close(edgeFD)
+        edgeFD = -1
     }
 }
 

@@ -16,9 +16,22 @@ import Glibc
 /// reports every read, end, frame and queue size to it, and performs the actions it gets back. The
 /// dial (proxy, TLS, upgrade) is in `Bridge+Dial.swift`.
 final class Bridge {
-    let id: Int
+    /// The connection's id (a spare's own, in a range of its loop's, until a connection adopts it).
+    var id: Int
     unowned let loop: CarrierLoop
-    let handshake: Handshake
+    /// The connection's request and credential (for a spare, the configuration's until adopted).
+    var handshake: Handshake
+    /// Dialled ahead for the next local connection: no local socket and no request yet.
+    var isSpare = false
+    /// A connection took this spare over once its TLS was open: should the edge turn out to have
+    /// closed it, the dial starts again on a new connection.
+    var adoptedParked = false
+    /// Bytes of the upgrade's answer have come.
+    var answerStarted = false
+    /// How a spare's TLS handshake went ("TLS session resumed (…)"), for its connection's log.
+    var spareHandshake = ""
+    /// Payload from the edge has reached the local socket.
+    private var deliveredAny = false
     /// The decisions.
     private(set) var machine: BridgeStateMachine
     var localFD: Int32
@@ -44,8 +57,8 @@ final class Bridge {
     /// The dial failed and was reported.
     private var failed = false
     /// The deadline the loop's timer holds for this bridge, and the generation of that request.
-    private var scheduledDeadline: UInt64?
-    private(set) var timerGeneration = 0
+    var scheduledDeadline: UInt64?
+    var timerGeneration = 0
     /// How deep `apply` calls are nested, and whether the edge's socket was closed meanwhile: the
     /// machine hears of it once the actions in progress are all done.
     private var applyDepth = 0
@@ -508,6 +521,12 @@ final class Bridge {
 
     private func deliverToLocal(_ payload: UnsafeRawBufferPointer) {
         guard localFD >= 0 else { return }
+        if !deliveredAny {
+            // The connection has carried the edge's first bytes: a spare may follow, now that its
+            // handshakes no longer compete with this connection's own first exchange.
+            deliveredAny = true
+            loop.wantsSpare(route: route)
+        }
         var offset = 0
         if toLocal.isEmpty {
             while offset < payload.count {
@@ -612,6 +631,15 @@ final class Bridge {
         scheduledDeadline = nil
         if let deadline = dialDeadline, Self.now() >= deadline {
             dialDeadline = nil
+            if isSpare {
+                if dialStage == .parked {
+                    logger.debug("spare connection: unused for \(loop.spareLifetimeText); closed")
+                } else {
+                    logger.debug("spare connection: no TLS within \(loop.configuration.handshakeTimeoutSeconds) s; dropped")
+                }
+                discardSpare(closeNotify: dialStage == .parked)
+                return
+            }
             logger.debug("connection \(id): no answer within \(loop.configuration.handshakeTimeoutSeconds) s")
             failDial(.timedOut)
             return
@@ -673,6 +701,10 @@ final class Bridge {
 
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
+        if isSpare {
+            discardSpare(closeNotify: dialStage == .parked)
+            return
+        }
         apply(.shutdown)
         updateInterest()
     }

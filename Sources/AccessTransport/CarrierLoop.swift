@@ -26,6 +26,11 @@ package final class CarrierLoop: @unchecked Sendable {
         package var highWatermark = 1 << 20
         /// Queue size at which a paused producer resumes.
         package var lowWatermark = 256 << 10
+        /// How long a spare connection waits for the next local connection: once a connection's
+        /// WebSocket opens, the loop dials one more connection to the edge (TCP and TLS, no
+        /// request) when it holds none, and the next connection it is given takes it over and
+        /// needs only the upgrade's round trip. Nil: no spare (one connection, stdio mode).
+        package var spareLifetime: Duration?
         /// Creates the defaults.
         package init() {}
     }
@@ -84,6 +89,13 @@ package final class CarrierLoop: @unchecked Sendable {
     private let load = LockedBox(0)
     private let resolver = AddressResolver()
     private var bridges: [Int: Bridge] = [:]
+    /// The spare connection, dialling or parked (also in `bridges`, under an id of its own range).
+    private var spare: Bridge?
+    /// Where the next spare goes, once the loop has nothing else to do (set when a WebSocket opens).
+    private var spareWanted: EdgeRoute?
+    private var sparesMade = 0
+    /// Spares' ids: far above any connection's, so that tags and timers never mix them up.
+    private static let spareIDBase = 1 << 48
     private var stopping = false
     private let finished = DispatchSemaphore(value: 0)
     /// The service thread, once started.
@@ -340,14 +352,83 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 
     private func startBridge(id: Int, fd: Int32, route: EdgeRoute, handshake: Handshake) {
+        if let spare {
+            self.spare = nil
+            if spare.route == route {
+                bridges.removeValue(forKey: spare.id)
+                spare.rekey(to: id)
+                bridges[id] = spare
+                spare.adopt(localFD: fd, handshake: handshake)
+                return
+            }
+            // The edge's address changed (DNS): the spare goes to the old one.
+            spare.discardSpare(closeNotify: spare.dialStage == .parked)
+        }
         let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
         bridges[id] = bridge
         bridge.dial(route: route)
     }
 
+    /// A connection through `route` carries bytes: a spare follows when the loop is idle.
+    func wantsSpare(route: EdgeRoute) {
+        if tuning.spareLifetime != nil, spare == nil, !stopping { spareWanted = route }
+    }
+
+    /// Dials the spare asked for, if any (the loop has served everything that was ready).
+    private func dialWantedSpare() {
+        guard let route = spareWanted else { return }
+        spareWanted = nil
+        guard spare == nil, !stopping else { return }
+        sparesMade += 1
+        let made = Bridge(id: Self.spareIDBase + sparesMade, localFD: -1, loop: self, handshake: defaultHandshake)
+        made.isSpare = true
+        spare = made
+        bridges[made.id] = made
+        made.dial(route: route)
+    }
+
+    /// A spare was dropped (expired, closed by the edge, or the loop stops).
+    func spareGone(_ bridge: Bridge) {
+        bridges.removeValue(forKey: bridge.id)
+        if spare === bridge { spare = nil }
+        timerOwnerLeft(bridge.id)
+    }
+
+    /// How long a spare stays parked, in words ("30 s").
+    var spareLifetimeText: String {
+        let nanoseconds = spareLifetimeNanoseconds
+        if nanoseconds % 1_000_000_000 == 0 { return "\(nanoseconds / 1_000_000_000) s" }
+        return "\(nanoseconds / 1_000_000) ms"
+    }
+
+    /// How long a spare stays parked, in nanoseconds.
+    var spareLifetimeNanoseconds: UInt64 {
+        guard let lifetime = tuning.spareLifetime else { return 0 }
+        let (seconds, attoseconds) = lifetime.components
+        return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
+    }
+
     /// Called by a bridge once both of its sides are gone.
     func forget(_ bridge: Bridge) {
         if bridges.removeValue(forKey: bridge.id) != nil { load.withLock { $0 -= 1 } }
+        timerOwnerLeft(bridge.id)
+    }
+
+    /// The bridge `id` is gone: when the timer waits for its deadline, it waits for the next live
+    /// one instead (no wake-up for a bridge that is no more).
+    private func timerOwnerLeft(_ id: Int) {
+        guard deadlines.first?.id == id else { return }
+        dropStaleDeadlines()
+        armTimer(deadlines.first?.deadline)
+    }
+
+    /// Drops the entries at the heap's head that no longer stand for a bridge's deadline (the
+    /// bridge is gone, or asked for another deadline since).
+    private func dropStaleDeadlines() {
+        while let next = deadlines.first {
+            if let bridge = bridges[next.id], bridge.timerGeneration == next.generation { return }
+            deadlines.removeFirst()
+        }
     }
 
     /// Bridges handed to this loop that have not ended.
@@ -383,6 +464,7 @@ package final class CarrierLoop: @unchecked Sendable {
             deadlines.removeFirst()
             if let bridge = bridges[next.id], bridge.timerGeneration == next.generation { bridge.onTimer() }
         }
+        dropStaleDeadlines()
         armTimer(deadlines.first?.deadline)
     }
 
@@ -405,12 +487,16 @@ package final class CarrierLoop: @unchecked Sendable {
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
     }
 
-    /// The epoll set is readable: serve every ready socket (level-triggered).
+    /// The epoll set is readable: serve every ready socket (level-triggered), then dial the spare
+    /// asked for, if any.
     fileprivate func serviceEpoll() {
         guard epollFD >= 0 else { return }
         while true {
             let n = Int(epoll_wait(epollFD, epollEvents, Int32(epollBatch), 0))
-            if n <= 0 { return }
+            if n <= 0 {
+                dialWantedSpare()
+                return
+            }
             for i in 0..<n {
                 let tag = epollEvents[i].data.u64
                 let events = epollEvents[i].events
@@ -421,7 +507,9 @@ package final class CarrierLoop: @unchecked Sendable {
                 guard let bridge = bridges[Int(tag >> 1)] else { continue }
                 bridge.onEvent(tag & 1 == 0 ? .local : .edge, events: events)
             }
-            if n < epollBatch { return }
+            // A spare waits until nothing is ready: what the new connection's peer sent first
+            // goes out before it.
+            if n < epollBatch, spareWanted == nil { return }
         }
     }
 }

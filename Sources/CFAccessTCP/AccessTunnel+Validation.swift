@@ -15,6 +15,8 @@ extension AccessTunnel.Options {
         case maxConcurrentConnections
         /// ``ListenerLimits/maxCarrierThreads`` of ``AccessTunnel/Options/limits``.
         case maxCarrierThreads
+        /// ``ListenerLimits/spareConnectionLifetime`` of ``AccessTunnel/Options/limits``.
+        case spareConnectionLifetime
     }
 
     /// An option out of its range: which one, and the range in words.
@@ -40,6 +42,9 @@ extension AccessTunnel.Options {
     public static let retriesRange: ClosedRange<Int> = 0...10
     /// The range of ``ListenerLimits/maxCarrierThreads``.
     public static let carrierThreadsRange: ClosedRange<Int> = 1...256
+    /// The range of ``ListenerLimits/spareConnectionLifetime`` (nil = no spare): Cloudflare closes
+    /// a client's idle HTTP/1.1 connection after 400 s, so a spare never waits that long.
+    public static let spareLifetimeRange: ClosedRange<Duration> = .seconds(1) ... .seconds(300)
 
     /// Checks every range; `connect` and `openStream` call it first, so nothing starts with an
     /// option that makes no sense. Throws the first option out of range.
@@ -63,6 +68,10 @@ extension AccessTunnel.Options {
         }
         if let threads = limits.maxCarrierThreads, !Self.carrierThreadsRange.contains(threads) {
             throw OutOfRange(field: .maxCarrierThreads, allowed: "between 1 and 256", given: String(threads))
+        }
+        if let lifetime = limits.spareConnectionLifetime, !Self.spareLifetimeRange.contains(lifetime) {
+            throw OutOfRange(field: .spareConnectionLifetime, allowed: "between 1 and 300 seconds (nil: no spare)",
+                             given: Self.shown(lifetime))
         }
     }
 

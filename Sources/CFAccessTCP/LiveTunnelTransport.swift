@@ -53,7 +53,10 @@ package struct LiveTunnelTransport: TunnelTransport {
             endIfIdle(.failedToOpen(failure))
         }
         let threads = limits.maxCarrierThreads ?? CarrierPool.loopsPerCore()
-        let loop = CarrierPool(configuration: configuration, logger: logger, maxLoops: threads) { [report, logger] event in
+        var tuning = CarrierLoop.Tuning()
+        // A spare is for the next connection: there is none after the first when the listener stops.
+        tuning.spareLifetime = limits.stopAcceptingAfterFirstConnection ? nil : limits.spareConnectionLifetime
+        let loop = CarrierPool(configuration: configuration, logger: logger, tuning: tuning, maxLoops: threads) { [report, logger] event in
             switch event {
             case .retryable(let id, let fd, let attempt, let failure):
                 // The slot stays taken while the connection waits for its next dial.
@@ -139,6 +142,12 @@ package struct LiveTunnelTransport: TunnelTransport {
             }
             let rememberFirst: @Sendable (UpgradeRequest) -> Void = { request in firstRequests.withLock { $0[fd] = request } }
             let remember: (@Sendable (UpgradeRequest) -> Void)? = authorizer.redialsOnRefusal ? rememberFirst : nil
+            if let immediate = authorizer.immediateRequest() {
+                // A service token: the connection is dialled from here, with no task between.
+                Self.bridge(fd: fd, loop: loop, authorized: immediate, active: active, report: report, onFailure: endIfIdle,
+                            remember: remember, attempt: retries ? 1 : nil)
+                return
+            }
             Task {
                 await Self.authorizeAndBridge(fd: fd, loop: loop, authorizer: authorizer, rejected: nil,
                                               active: active, report: report, onFailure: endIfIdle, remember: remember,
@@ -189,11 +198,27 @@ package struct LiveTunnelTransport: TunnelTransport {
                                            report: @escaping @Sendable (String) -> Void,
                                            onFailure: @escaping @Sendable (TunnelEnd) -> Void,
                                            remember: (@Sendable (UpgradeRequest) -> Void)?, attempt: Int? = nil) async {
+        let authorized: Result<(UpgradeRequest, CredentialKind), TunnelFailure>
+        do throws(TunnelFailure) {
+            authorized = .success(try await authorizer.request(rejected: rejected))
+        } catch {
+            authorized = .failure(error)
+        }
+        bridge(fd: fd, loop: loop, authorized: authorized, active: active, report: report, onFailure: onFailure,
+               remember: remember, attempt: attempt)
+    }
+
+    /// Bridges `fd` with the request an authorizer gave, or closes it with the authorizer's failure.
+    private static func bridge(fd: Int32, loop: CarrierPool, authorized: Result<(UpgradeRequest, CredentialKind), TunnelFailure>,
+                               active: ActiveConnections, report: @escaping @Sendable (String) -> Void,
+                               onFailure: @escaping @Sendable (TunnelEnd) -> Void,
+                               remember: (@Sendable (UpgradeRequest) -> Void)?, attempt: Int?) {
         let request: UpgradeRequest
         let credential: CredentialKind
-        do throws(TunnelFailure) {
-            (request, credential) = try await authorizer.request(rejected: rejected)
-        } catch {
+        switch authorized {
+        case .success(let given):
+            (request, credential) = given
+        case .failure(let error):
             FileDescriptors.closeUnserved(fd)
             active.release(fd)
             report(error.message)

@@ -17,19 +17,32 @@ public struct ListenerLimits: Sendable, Equatable {
     /// them (nil: one per core the process may run on). A thread is started only when every
     /// running one carries a connection, so one connection never costs a second thread.
     public var maxCarrierThreads: Int?
+    /// How long a spare connection to the edge waits for the next local connection (nil: none).
+    /// Once a connection's WebSocket opens, its thread dials one more connection to the edge (TCP
+    /// and TLS, no request, so the origin never hears of it) when it holds none; the next local
+    /// connection takes it over and waits only for the upgrade's round trip, not for the TCP and
+    /// TLS handshakes too. A spare nobody took is closed after this long, and none follows until a
+    /// connection opens again: an idle listener holds no connection to the edge. Never with
+    /// ``stopAcceptingAfterFirstConnection``. Between 1 and 300 seconds.
+    public var spareConnectionLifetime: Duration?
 
     /// The library's defaults: one connection, then stop listening (an SSH client's one session).
     public static let singleConnection = ListenerLimits(maxConcurrentConnections: 1, stopAcceptingAfterFirstConnection: true)
-    /// The command line's defaults: as many as come.
-    public static let unlimited = ListenerLimits(maxConcurrentConnections: nil, stopAcceptingAfterFirstConnection: false)
+    /// The command line's defaults: as many as come, with a spare connection kept for
+    /// ``defaultSpareLifetime`` after each.
+    public static let unlimited = ListenerLimits(maxConcurrentConnections: nil, stopAcceptingAfterFirstConnection: false,
+                                                 spareConnectionLifetime: defaultSpareLifetime)
+    /// How long ``unlimited`` keeps a spare connection: 30 seconds.
+    public static let defaultSpareLifetime = Duration.seconds(30)
 
     /// Creates limits.
     public init(maxConcurrentConnections: Int?, stopAcceptingAfterFirstConnection: Bool, idleExit: Duration? = nil,
-                maxCarrierThreads: Int? = nil) {
+                maxCarrierThreads: Int? = nil, spareConnectionLifetime: Duration? = nil) {
         self.maxConcurrentConnections = maxConcurrentConnections
         self.stopAcceptingAfterFirstConnection = stopAcceptingAfterFirstConnection
         self.idleExit = idleExit
         self.maxCarrierThreads = maxCarrierThreads
+        self.spareConnectionLifetime = spareConnectionLifetime
     }
 }
 
@@ -86,11 +99,16 @@ package protocol ConnectionAuthorizer: Sendable {
     /// Whether a connection Access refuses is dialled once more with `request(rejected:)`: only
     /// when a fresh credential can be had (an OAuth login), not for a fixed service token.
     var redialsOnRefusal: Bool { get }
+    /// The request for a new connection when it can be had without waiting (a service token),
+    /// else nil: the connection then waits for `request(rejected:)`.
+    func immediateRequest() -> Result<(UpgradeRequest, CredentialKind), TunnelFailure>?
 }
 
 extension ConnectionAuthorizer {
     /// Redials by default.
     package var redialsOnRefusal: Bool { true }
+    /// Asks `request(rejected:)` by default.
+    package func immediateRequest() -> Result<(UpgradeRequest, CredentialKind), TunnelFailure>? { nil }
 }
 
 /// The effectful parts a session drives; replaced by scripted doubles in tests.

@@ -97,6 +97,10 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
             help: "With --url: most threads that carry the connections, each its share (default: one per core, started as connections come).")
     var threads: Int?
 
+    @Option(name: .customLong("spare-lifetime"), parsing: .unconditional,
+            help: "With --url: seconds a spare connection to the edge (TCP and TLS, dialled after each connection opens) waits for the next local connection, which then skips those handshakes; 0: no spare.")
+    var spareLifetime: Int?
+
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")
     var singleConnection = false
 

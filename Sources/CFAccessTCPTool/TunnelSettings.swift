@@ -107,7 +107,8 @@ struct TunnelSettings {
             limits: ListenerLimits(maxConcurrentConnections: flags.maxConnections,
                                    stopAcceptingAfterFirstConnection: flags.singleConnection,
                                    idleExit: flags.exitWhenIdle > 0 ? .seconds(flags.exitWhenIdle) : nil,
-                                   maxCarrierThreads: flags.threads),
+                                   maxCarrierThreads: flags.threads,
+                                   spareConnectionLifetime: Self.spareLifetime(flags.spareLifetime)),
             keepaliveInterval: .seconds(flags.keepalive), resolveOverrides: resolve, proxy: proxy,
             halfCloseLinger: .seconds(flags.halfCloseLinger), listensWhenEdgeUnreachable: !flags.failFast,
             pins: pins, listeningSocket: listeningSocket)
@@ -123,6 +124,8 @@ struct TunnelSettings {
             case .retries: flag = "--retries"
             case .maxConcurrentConnections: flag = "--max-connections"
             case .maxCarrierThreads: flag = "--threads"
+            case .spareConnectionLifetime:
+                throw ConfigurationError("--spare-lifetime must be between 0 (no spare) and 300 seconds")
             }
             throw ConfigurationError("\(flag) must be \(error.allowed)")
         }
@@ -131,6 +134,13 @@ struct TunnelSettings {
 
     /// The service token secret in `file`: its first line without surrounding white space (a
     /// file written by `echo` or an editor ends with a newline).
+    /// `--spare-lifetime`: unset is the listener's default, 0 no spare, else that many seconds
+    /// (the library checks the range).
+    static func spareLifetime(_ seconds: Int?) -> Duration? {
+        guard let seconds else { return ListenerLimits.defaultSpareLifetime }
+        return seconds == 0 ? nil : .seconds(seconds)
+    }
+
     static func secret(fromFile file: String) throws(ConfigurationError) -> String {
         guard let bytes = FileDescriptors.readSmallFile(file, limit: 64 << 10) else {
             throw ConfigurationError("cannot read the service token secret from --service-token-secret-file \(file): "
@@ -170,6 +180,9 @@ struct TunnelSettings {
             }
             if flags.threads != nil {
                 throw ConfigurationError("--threads needs --url: without it stdin/stdout is one connection on one thread")
+            }
+            if flags.spareLifetime != nil {
+                throw ConfigurationError("--spare-lifetime needs --url: without it stdin/stdout is one connection, with no next one to dial ahead for")
             }
         }
         let hasServiceToken = flags.serviceTokenID != nil || flags.serviceTokenSecret != nil

@@ -19,6 +19,9 @@ struct OptionsValidationTests {
          .maxConcurrentConnections, "0"),
         ("0 carrier threads", { $0.limits.maxCarrierThreads = 0 }, .maxCarrierThreads, "0"),
         ("257 carrier threads", { $0.limits.maxCarrierThreads = 257 }, .maxCarrierThreads, "257"),
+        ("spare lifetime 0", { $0.limits.spareConnectionLifetime = .zero }, .spareConnectionLifetime, "0"),
+        ("spare lifetime 0.5 s", { $0.limits.spareConnectionLifetime = .milliseconds(500) }, .spareConnectionLifetime, "0.5"),
+        ("spare lifetime 301", { $0.limits.spareConnectionLifetime = .seconds(301) }, .spareConnectionLifetime, "301"),
     ]
 
     @Test("each option out of range is named, with its range and the value given")
@@ -43,10 +46,15 @@ struct OptionsValidationTests {
         var options = AccessTunnel.Options(connectTimeout: .seconds(1), retry: RetryPolicy(maxAttempts: 11, delays: [.seconds(1)]),
                                            keepaliveInterval: .zero, halfCloseLinger: .seconds(3600))
         options.limits.maxCarrierThreads = 1
+        options.limits.spareConnectionLifetime = .seconds(1)
         try options.validate()
         options = AccessTunnel.Options(connectTimeout: .seconds(600), retry: .never, keepaliveInterval: .seconds(86_400),
                                        halfCloseLinger: .zero)
         options.limits.maxCarrierThreads = 256
+        options.limits.spareConnectionLifetime = .seconds(300)
+        try options.validate()
+        options.limits = .unlimited
+        #expect(options.limits.spareConnectionLifetime == ListenerLimits.defaultSpareLifetime)
         try options.validate()
     }
 

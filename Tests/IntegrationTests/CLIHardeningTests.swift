@@ -66,6 +66,9 @@ struct CLIHardeningTests {
         (["--threads", "2"], "--threads needs --url"),
         (["--url", "127.0.0.1:0", "--threads", "0"], "--threads must be between 1 and 256"),
         (["--url", "127.0.0.1:0", "--threads", "257"], "--threads must be between 1 and 256"),
+        (["--spare-lifetime", "5"], "--spare-lifetime needs --url"),
+        (["--url", "127.0.0.1:0", "--spare-lifetime", "301"], "--spare-lifetime must be between 0 (no spare) and 300 seconds"),
+        (["--url", "127.0.0.1:0", "--spare-lifetime", "-1"], "--spare-lifetime must be between 0 (no spare) and 300 seconds"),
     ])
     func refusedCombinations(_ extra: [String], _ expected: String) throws {
         let result = try run(try TestPaths.binary("cf-access-tcp"),
