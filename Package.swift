@@ -52,8 +52,6 @@ let package = Package(
     ],
     targets: [
         // MARK: C libraries from Debian packages
-        .systemLibrary(name: "CCFWebSockets", pkgConfig: "libwebsockets",
-                       providers: [.apt(["libwebsockets-dev"])]),
         // libcurl's header only: the library is loaded with dlopen when a login needs it
         // (AccessTransport's CurlLibrary), so no pkgConfig (it would link -lcurl).
         .systemLibrary(name: "CCFCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
@@ -71,7 +69,7 @@ let package = Package(
         // The one thin shim: static inline forwarders for what Swift cannot import. No warning
         // flags here (see `strictSwift`): scripts/check-c-warnings compiles it with -Wall -Werror.
         .target(name: "CCFShim",
-                dependencies: ["CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium"]),
+                dependencies: ["CCFCurl", "CCFOpenSSL", "CCFSodium"]),
 
         // MARK: Swift
         // Pure core: models, parsing, request building, decisions. No C, no I/O.
@@ -80,7 +78,7 @@ let package = Package(
         .target(name: "AccessTransport",
                 dependencies: [
                     "AccessCore", "CCFShim",
-                    "CCFWebSockets", "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFQREncode",
+                    "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFQREncode",
                     .product(name: "Logging", package: "swift-log"),
                 ],
                 swiftSettings: strictSwift),
@@ -107,8 +105,8 @@ let package = Package(
         .executableTarget(name: "CFAccessTCPTool",
                           dependencies: ["CFAccessTCP", "CFAccessSSH", "AccessCore", "AccessTransport", "ToolDecisions",
                                          // What only the tool changes in its process: OpenSSL's exit
-                                         // cleanup, libwebsockets' log, core dumps (ToolProcess).
-                                         "CCFShim", "CCFOpenSSL", "CCFWebSockets",
+                                         // cleanup, core dumps (ToolProcess).
+                                         "CCFShim", "CCFOpenSSL",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser"),
                                          .product(name: "Logging", package: "swift-log"),
                                          .product(name: "SystemPackage", package: "swift-system")],
@@ -121,7 +119,7 @@ let package = Package(
         // A runnable example of the embedded SSH API.
         .executableTarget(name: "SSHExample", dependencies: ["CFAccessSSH", "CFAccessTCP"], path: "Examples/SSHExample",
                           swiftSettings: strictSwift),
-        // The local Access edge emulator: SwiftNIO WebSockets (deliberately not libwebsockets).
+        // The local Access edge emulator: SwiftNIO WebSockets (deliberately not the client's own code).
         .executableTarget(name: "AccessEdge",
                           dependencies: [
                               .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -1,7 +1,7 @@
 /// Everything the carrier needs to dial the origin: the prepared upgrade request and how to reach it.
 ///
 /// A plain value: the session (`AccessTunnel`) builds it and hands it to the `TunnelTransport`
-/// seam, whose live implementation is the libwebsockets carrier.
+/// seam, whose live implementation is the carrier (AccessTransport).
 package struct CarrierConfiguration: Sendable {
     /// The upgrade request (origin and headers), built by the core.
     package var request: UpgradeRequest

@@ -6,7 +6,7 @@ import Glibc
 
 /// Resolves the edge's name to a numeric address before a dial, with a short cache.
 ///
-/// Resolving here, not inside libwebsockets, keeps a slow resolver off the carrier thread and
+/// Resolving here, on the calling thread, keeps a slow resolver off the carrier thread and
 /// gives a precise message when the name does not resolve.
 final class AddressResolver: @unchecked Sendable {
     private struct Entry { let address: String; let expires: Date }

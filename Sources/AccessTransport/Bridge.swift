@@ -651,7 +651,7 @@ final class Bridge {
 
     // MARK: Endings
 
-    /// Frees the TLS session (the socket stays libwebsockets' to close).
+    /// Frees the TLS session (the socket is closed apart).
     func releaseSession() {
         if let session { SSL_free(session) }
         session = nil

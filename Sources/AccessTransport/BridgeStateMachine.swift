@@ -49,7 +49,7 @@ struct BridgeStateMachine: Equatable {
         /// The WebSocket is open (the 101 was read).
         case established
         /// The dial failed; its failure was reported and the local socket closed or handed back.
-        /// `released`: libwebsockets holds no connection any more.
+        /// `released`: the dial's socket is closed already.
         case dialFailed(released: Bool)
         /// `count` bytes were read from the local socket (and are framed for the edge).
         case localData(count: Int)

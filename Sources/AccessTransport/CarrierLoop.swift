@@ -1,4 +1,3 @@
-internal import CCFWebSockets
 internal import CCFShim
 internal import CCFOpenSSL
 #if canImport(Glibc)
@@ -9,14 +8,14 @@ import Dispatch
 import FoundationEssentials
 import Logging
 
-/// The libwebsockets event loop that carries every bridged connection of one configuration.
+/// The event loop that carries every bridged connection of one configuration.
 ///
-/// One thread owns the `lws_context` and runs `lws_service`; other threads hand it work through a
-/// locked command queue and `lws_cancel_service`, drained on `LWS_CALLBACK_EVENT_WAIT_CANCELLED`.
-/// Each bridge pairs a local socket with one WebSocket to the edge, all of it on this thread and
-/// in one epoll set (which libwebsockets' loop watches): the bridge opens the TCP connection, does
-/// the proxy `CONNECT`, TLS (on this loop's own `SSL_CTX`) and the HTTP upgrade itself, then
-/// carries the bytes. The deadlines of every bridge share one timerfd in the same epoll set.
+/// One thread waits in `epoll_wait` on the loop's epoll set; other threads hand it work through a
+/// locked command queue and an eventfd in the same set, drained when it is readable. Each bridge
+/// pairs a local socket with one WebSocket to the edge, all of it on this thread and in that
+/// epoll set: the bridge opens the TCP connection, does the proxy `CONNECT`, TLS (on this loop's
+/// own `SSL_CTX`) and the HTTP upgrade itself, then carries the bytes. The deadlines of every
+/// bridge share one timerfd in the same epoll set.
 package final class CarrierLoop: @unchecked Sendable {
     /// Tunable sizes of the data path.
     package struct Tuning: Sendable {
@@ -50,14 +49,12 @@ package final class CarrierLoop: @unchecked Sendable {
     /// Where a `--connect-to`/`--resolve` pin sends every dial of this configuration, looked up once.
     private let pinned: (address: String, port: Int)?
 
-    /// Guarded by `contextLock` for the threads that wake the loop; the service thread destroys it.
-    private var context: OpaquePointer?
-    private let contextLock = PThreadMutex()
-    private(set) var vhost: OpaquePointer?
+    /// The eventfd other threads wake the loop with; guarded by `wakeLock`, the service thread
+    /// closes it when it ends.
+    private var wakeFD: Int32 = -1
+    private let wakeLock = PThreadMutex()
     /// The TLS client context of every connection of this loop (CA, resumption, verify policy).
     private(set) var tls: TLSClientContext!
-    private let protocols: UnsafeMutablePointer<lws_protocols>
-    private let protocolNames: [UnsafeMutablePointer<CChar>]
     /// Shared buffers of the data path (one service thread): room for a frame header, then one
     /// chunk read from a local socket; decrypted bytes read from a TLS stream; a control frame.
     let txBuffer: UnsafeMutableRawPointer
@@ -71,7 +68,7 @@ package final class CarrierLoop: @unchecked Sendable {
     let recordScratch = LoopBuffer(capacity: 256 << 10)
     /// Masking keys and upgrade keys (the service thread only).
     var random = RandomPool()
-    /// The epoll set of every established bridge's two sockets; itself watched by libwebsockets.
+    /// The epoll set of every bridge's sockets, the timer and the wake-up eventfd.
     private var epollFD: Int32 = -1
     private var epollEvents: UnsafeMutablePointer<epoll_event>
     private let epollBatch = 256
@@ -79,8 +76,10 @@ package final class CarrierLoop: @unchecked Sendable {
     private var timerFD: Int32 = -1
     private var deadlines = DeadlineHeap()
     private var armedDeadline: UInt64?
-    /// The epoll tag of the timer (bridge tags are `id << 1 | side`, ids count from 1).
+    /// The epoll tags of the timer and of the wake-up eventfd (bridge tags are `id << 1 | side`,
+    /// ids count from 1).
     private static let timerTag = UInt64.max
+    private static let wakeTag = UInt64.max - 1
 
     private let commands = LockedBox<[Command]>([])
     /// Bridge ids, shared by the loops of one pool so that an id names one connection of all.
@@ -101,9 +100,6 @@ package final class CarrierLoop: @unchecked Sendable {
     /// The service thread, once started.
     private var serviceThread: JoinableThread?
     private let threadStarted = LockedBox(false)
-
-    /// The protocol of the epoll set, adopted as a raw file.
-    static let rawProtocolName = "cfat-raw"
 
     /// Creates the loop; call `start()` before bridging.
     package convenience init(configuration: CarrierConfiguration, logger: Logger, tuning: Tuning = Tuning(),
@@ -126,20 +122,11 @@ package final class CarrierLoop: @unchecked Sendable {
         rxBuffer = .allocate(byteCount: rxCapacity, alignment: 16)
         controlBuffer = .allocate(byteCount: WebSocketFrames.maxClientHeader + 128, alignment: 16)
         epollEvents = .allocate(capacity: epollBatch)
-        protocolNames = [strdup(Self.rawProtocolName)!]
-        protocols = .allocate(capacity: 2)
-        protocols.initialize(repeating: lws_protocols(), count: 2)
-        protocols[0].name = UnsafePointer(protocolNames[0])
-        protocols[0].callback = carrierCallback
-        // libwebsockets never reads the epoll set itself: no buffer of its own.
-        protocols[0].rx_buffer_size = 128
     }
 
     deinit {
-        if let context { lws_context_destroy(context) }   // only when the service thread never ran
-        protocols.deinitialize(count: 2)
-        protocols.deallocate()
-        protocolNames.forEach { free($0) }
+        // Only when the service thread never ran: it closes them itself.
+        for fd in [epollFD, timerFD, wakeFD] where fd >= 0 { Glibc.close(fd) }
         txBuffer.deallocate()
         rxBuffer.deallocate()
         controlBuffer.deallocate()
@@ -147,7 +134,7 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 
     /// Creates the TLS context (or takes `sharedTLS`, another loop's of the same configuration)
-    /// and the libwebsockets context, and starts the service thread.
+    /// and the epoll set, and starts the service thread.
     package func start() throws(TunnelFailure) {
         try start(sharing: nil)
     }
@@ -159,53 +146,22 @@ package final class CarrierLoop: @unchecked Sendable {
             tls = try TLSClientContext(caFile: configuration.caFile,
                                        acceptsUnverified: configuration.connectTo?.skipVerification == true)
         }
-        var info = lws_context_creation_info()
-        // No LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT: libwebsockets does no TLS for us, so it takes no
-        // process-wide OpenSSL state (ex-data indexes) either.
-        info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS)
-        info.port = CONTEXT_PORT_NO_LISTEN
-        info.user = Unmanaged.passUnretained(self).toOpaque()
-        HostProcess.quietenLibWebSocketsNotices()
-        guard let ctx = HostProcess.keepingSIGPIPE({ lws_create_context(&info) }) else {
-            if let exhausted = FileDescriptors.exhausted() { throw exhausted }
-            throw TunnelFailure.internalError("libwebsockets could not create its context")
-        }
-        context = ctx
-
-        let made: OpaquePointer? = "cfat-client".withCString { name in
-            var v = lws_context_creation_info()
-            v.port = CONTEXT_PORT_NO_LISTEN
-            v.protocols = UnsafePointer(protocols)
-            v.vhost_name = name
-            return lws_create_vhost(ctx, &v)
-        }
-        guard let made else {
-            throw TunnelFailure.internalError("libwebsockets could not create its vhost")
-        }
-        vhost = made
-
-        // The data path's sockets are watched by one epoll set, which the lws loop watches.
+        // Everything the loop waits for is in one epoll set: the bridges' sockets, the timer of
+        // their deadlines, and the eventfd that other threads wake it with.
         let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard ep >= 0 else {
+            if let exhausted = FileDescriptors.exhausted() { throw exhausted }
             throw SystemError.current("epoll_create1()").tunnelFailure
-        }
-        var desc = lws_adopt_desc_t()
-        desc.vh = made
-        desc.type = LWS_ADOPT_RAW_FILE_DESC
-        desc.fd.filefd = ep
-        let adopted: OpaquePointer? = Self.rawProtocolName.withCString { name in
-            desc.vh_prot_name = name
-            return lws_adopt_descriptor_vhost_via_info(&desc)
-        }
-        guard adopted != nil else {
-            Glibc.close(ep)
-            throw TunnelFailure.internalError("libwebsockets could not watch the data path's epoll set")
         }
         epollFD = ep
         let timer = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard timer >= 0 else { throw SystemError.current("timerfd_create()").tunnelFailure }
         timerFD = timer
         watch(fd: timer, tag: Self.timerTag, events: EPOLLIN.rawValue)
+        let wake = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard wake >= 0 else { throw SystemError.current("eventfd()").tunnelFailure }
+        wakeFD = wake
+        watch(fd: wake, tag: Self.wakeTag, events: EPOLLIN.rawValue)
 
         threadStarted.withLock { $0 = true }
         serviceThread = JoinableThread.start(name: "cfat carrier", stackSize: 1 << 20) { [self] in
@@ -218,9 +174,9 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 
     private func serviceLoop() {
-        guard let ctx = context else { finished.signal(); return }
         var stopDeadline: DispatchTime?
         while true {
+            var timeout: Int32 = -1
             if stopping {
                 // Let the Close frames go out, but never wait long for peers.
                 if bridges.isEmpty { break }
@@ -229,19 +185,37 @@ package final class CarrierLoop: @unchecked Sendable {
                 } else {
                     stopDeadline = .now() + 2
                 }
+                timeout = 100
             }
-            if lws_service(ctx, 0) < 0 { break }
+            let n = Int(epoll_wait(epollFD, epollEvents, Int32(epollBatch), timeout))
+            if n < 0 {
+                if errno == EINTR { continue }
+                logger.error("\(SystemError.current("epoll_wait()"))")
+                break
+            }
+            serve(events: n)
+            // A spare waits until nothing is ready: what the new connection's peer sent first
+            // goes out before it.
+            while spareWanted != nil {
+                let more = Int(epoll_wait(epollFD, epollEvents, Int32(epollBatch), 0))
+                if more <= 0 {
+                    dialWantedSpare()
+                    break
+                }
+                serve(events: more)
+            }
         }
-        contextLock.lock()
-        context = nil
-        contextLock.unlock()
-        // Destroying the context closes every remaining socket: when `shutdown()` returns, no
-        // connection of this loop is open and the ports are free. Local sockets are ours.
-        lws_context_destroy(ctx)
-        epollFD = -1   // closed by libwebsockets with the context
+        wakeLock.lock()
+        Glibc.close(wakeFD)
+        wakeFD = -1
+        wakeLock.unlock()
+        // Every connection still open is closed when `shutdown()` returns, so the ports are free.
+        // Local sockets are ours.
         for bridge in bridges.values { bridge.abandon() }
         bridges.removeAll()
-        if timerFD >= 0 { Glibc.close(timerFD) }
+        Glibc.close(epollFD)
+        epollFD = -1
+        Glibc.close(timerFD)
         timerFD = -1
         finished.signal()
     }
@@ -315,7 +289,7 @@ package final class CarrierLoop: @unchecked Sendable {
         guard threadStarted.withLock({ $0 }) else { return }
         post(.closeAll)
         post(.stop)
-        // lws_service may sleep until its next timer: keep waking it until the thread is done.
+        // Until the thread is done: a wake-up that raced its start is simply repeated.
         while finished.wait(timeout: .now() + .milliseconds(200)) == .timedOut {
             wake()
         }
@@ -331,13 +305,18 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 
     private func wake() {
-        contextLock.lock()
-        if let context { lws_cancel_service(context) }
-        contextLock.unlock()
+        wakeLock.lock()
+        if wakeFD >= 0 {
+            var one: UInt64 = 1
+            _ = Glibc.write(wakeFD, &one, MemoryLayout<UInt64>.size)
+        }
+        wakeLock.unlock()
     }
 
-    /// Runs on the service thread for every EVENT_WAIT_CANCELLED (once per protocol: idempotent).
-    fileprivate func drainCommands() {
+    /// Runs on the service thread when the wake-up eventfd is readable.
+    private func drainCommands() {
+        var count: UInt64 = 0
+        _ = Glibc.read(wakeFD, &count, MemoryLayout<UInt64>.size)
         let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
         for command in pending {
             switch command {
@@ -487,52 +466,22 @@ package final class CarrierLoop: @unchecked Sendable {
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
     }
 
-    /// The epoll set is readable: serve every ready socket (level-triggered), then dial the spare
-    /// asked for, if any.
-    fileprivate func serviceEpoll() {
-        guard epollFD >= 0 else { return }
-        while true {
-            let n = Int(epoll_wait(epollFD, epollEvents, Int32(epollBatch), 0))
-            if n <= 0 {
-                dialWantedSpare()
-                return
-            }
-            for i in 0..<n {
-                let tag = epollEvents[i].data.u64
-                let events = epollEvents[i].events
-                if tag == Self.timerTag {
-                    serviceTimer()
-                    continue
-                }
+    /// Serves the `count` events `epoll_wait` returned (level-triggered: what is left is
+    /// announced again).
+    private func serve(events count: Int) {
+        for i in 0..<count {
+            let tag = epollEvents[i].data.u64
+            let events = epollEvents[i].events
+            switch tag {
+            case Self.timerTag:
+                serviceTimer()
+            case Self.wakeTag:
+                drainCommands()
+            default:
                 guard let bridge = bridges[Int(tag >> 1)] else { continue }
                 bridge.onEvent(tag & 1 == 0 ? .local : .edge, events: events)
             }
-            // A spare waits until nothing is ready: what the new connection's peer sent first
-            // goes out before it.
-            if n < epollBatch, spareWanted == nil { return }
         }
-    }
-}
-
-/// The one C entry point of the carrier's vhost: its epoll set became readable, or another thread
-/// woke the loop.
-private func carrierCallback(_ wsi: OpaquePointer?, _ reason: lws_callback_reasons,
-                             _ user: UnsafeMutableRawPointer?, _ input: UnsafeMutableRawPointer?,
-                             _ len: Int) -> Int32 {
-    guard let wsi else { return 0 }
-    switch reason {
-    case LWS_CALLBACK_RAW_RX_FILE:
-        if let raw = lws_context_user(lws_get_context(wsi)) {
-            Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().serviceEpoll()
-        }
-        return 0
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        if let raw = lws_context_user(lws_get_context(wsi)) {
-            Unmanaged<CarrierLoop>.fromOpaque(raw).takeUnretainedValue().drainCommands()
-        }
-        return 0
-    default:
-        return 0
     }
 }
 

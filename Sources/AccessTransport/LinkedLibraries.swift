@@ -1,7 +1,6 @@
 internal import CCFOpenSSL
 internal import CCFQREncode
 internal import CCFSodium
-internal import CCFWebSockets
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,7 +12,6 @@ package enum LinkedLibraries {
     /// login, so its line says when it cannot be loaded and which package provides it.
     package static func versions() -> [(name: String, version: String)] {
         [
-            ("libwebsockets", String(cString: lws_get_library_version())),
             ("OpenSSL", openSSLVersion()),
             ("libsodium", String(cString: sodium_version_string())),
             ("libqrencode", String(cString: QRcode_APIVersionString())),

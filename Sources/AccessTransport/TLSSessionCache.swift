@@ -6,8 +6,8 @@ import Glibc
 #endif
 
 /// The carrier's own TLS client: one `SSL_CTX` per carrier, made and freed by us, and one `SSL`
-/// per connection on the socket libwebsockets opened (reference/DECISIONS.md, "Own TLS and
-/// upgrade on a raw lws connection"). Nothing here is process-wide: the context's settings,
+/// per connection on the bridge's own socket (reference/DECISIONS.md, "Own TLS and upgrade").
+/// Nothing here is process-wide: the context's settings,
 /// the session it keeps for resumption and its verification policy live in the context.
 final class TLSClientContext {
     /// The `SSL_CTX`.

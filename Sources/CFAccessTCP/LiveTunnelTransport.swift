@@ -4,7 +4,7 @@ import Dispatch
 import FoundationEssentials
 import Logging
 
-/// The libwebsockets transport.
+/// The live transport: the carrier's loops (AccessTransport).
 package struct LiveTunnelTransport: TunnelTransport {
     let logger: Logger
     let report: @Sendable (String) -> Void

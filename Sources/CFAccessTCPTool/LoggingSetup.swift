@@ -52,7 +52,6 @@ struct LoggingSetup {
             return handler
         }
         logger = Logger(label: "cf-access-tcp")
-        ToolProcess.routeLibWebSocketsLog(to: logger)
     }
 }
 

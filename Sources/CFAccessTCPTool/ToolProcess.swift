@@ -1,8 +1,6 @@
 internal import CCFOpenSSL
 internal import CCFShim
-internal import CCFWebSockets
 import AccessTransport
-import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,7 +9,7 @@ import Glibc
 /// it links (the libraries themselves leave the host process alone: reference/DECISIONS.md).
 enum ToolProcess {
     /// Sets up OpenSSL for this process: call it first thing in every command, before any tunnel
-    /// or HTTPS request; then `routeLibWebSocketsLog(to:)` once logging is set up.
+    /// or HTTPS request.
     static func prepare() {
         _ = openSSLWithoutExitCleanup
     }
@@ -45,8 +43,9 @@ enum ToolProcess {
     }
 
     /// The most descriptors a listener asks for: two per connection (the local socket and the
-    /// edge's), so about 32,000 connections. libwebsockets sizes its per-descriptor tables by the
-    /// limit (16 bytes each), so asking for a hard limit of a million would cost 16 MB for nothing.
+    /// edge's), so about 32,000 connections. Nothing in the carrier needs more, and a process we
+    /// start inherits the soft limit (one that closes its descriptors one by one at start, as some
+    /// do, pays for a large one).
     static let listenerDescriptorCap = 65_536
 
     /// Raises the soft limit on open files toward the hard limit, up to ``listenerDescriptorCap``
@@ -75,20 +74,5 @@ enum ToolProcess {
     /// Call it first thing, after ``refuseTooFewDescriptors()``.
     static func reserveMainQueueDescriptor() {
         _ = CCFShim_prepare_main_queue_handle()
-    }
-
-    private static let lwsLogger = LockedBox<Logger?>(nil)
-
-    /// libwebsockets' errors and warnings go to our log at debug level (never to stderr as raw
-    /// lines: stdout/stderr belong to the ProxyCommand and the one-line failure message). Its
-    /// notices and header dumps never reach us, so no credential can leak through them.
-    static func routeLibWebSocketsLog(to logger: Logger) {
-        lwsLogger.withLock { $0 = logger }
-        lws_set_log_level(Int32(LLL_ERR | LLL_WARN)) { _, line in
-            guard let line else { return }
-            var text = String(cString: line)
-            while text.last == "\n" || text.last == "\r" { text.removeLast() }
-            ToolProcess.lwsLogger.withLock { $0 }?.debug("libwebsockets: \(text)")
-        }
     }
 }

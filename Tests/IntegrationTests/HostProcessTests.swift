@@ -112,7 +112,7 @@ struct HostProcessTests {
         await tunnel.disconnect()
     }
 
-    @Test("SIGPIPE's disposition is the host's after a tunnel started (libwebsockets would set SIG_IGN)")
+    @Test("SIGPIPE's disposition is the host's after a tunnel started (the carrier only blocks it in its own thread)")
     func signalDispositionKept() async throws {
         var marker = sigaction()
         marker.__sigaction_handler.sa_handler = sigpipeMarker

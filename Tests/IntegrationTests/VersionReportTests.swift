@@ -20,7 +20,7 @@ struct VersionReportTests {
         let head = try run(URL(fileURLWithPath: "/usr/bin/git"), ["-C", packageRoot.path, "rev-parse", "--short=12", "HEAD"],
                            timeout: 20).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(first.contains("(commit \(head)"), "\(first) vs HEAD \(head)")
-        for library in ["libwebsockets", "OpenSSL", "libsodium", "libqrencode", "libcurl", "libssh", "libssh2"] {
+        for library in ["OpenSSL", "libsodium", "libqrencode", "libcurl", "libssh", "libssh2"] {
             let line = lines.first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(library + " ") }
             let version = line?.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first
             #expect(version?.first?.isNumber == true, "no version for \(library) in:\n\(result.stdout)")

@@ -59,7 +59,7 @@ def main():
     p.add_argument("run")
     p.add_argument("units", type=float)
     p.add_argument("--top", type=int, default=15)
-    p.add_argument("--calls", default="carrierCallback,lws_service,poll,SSL_read,SSL_write,lws_write,"
+    p.add_argument("--calls", default="epoll_wait,SSL_read,SSL_write,"
                                       "read,recv,send,write,malloc,__memcpy_avx_unaligned_erms")
     a = p.parse_args()
     base, run = parse(a.baseline), parse(a.run)

@@ -212,7 +212,6 @@ def machine_description():
         "os": read_os_release_name(),
         "python": platform.python_version(),
         "swift": run(["swift", "--version"]),
-        "libwebsockets": run(["dpkg-query", "-W", "-f=${Version}\\n", "libwebsockets17"]),
         "openssl": run(["openssl", "version"]),
         "socat": socat_version(),
     }
@@ -616,13 +615,24 @@ class Bench:
         for rep in range(self.args.repeats):
             for mode in self.order(rep):
                 r = self.relay(mode, "echo")
+                edge = self.edges["echo"]
+                pid = r.proc.pid if r.proc else None
+                # CPU per connection: a figure the other processes on two cores do not move as
+                # much as they move the wall-clock one (socat: its tree, the reaped forks included).
+                cpu_client0 = procs.cpu_seconds(pid, tree=True) if pid else None
+                cpu_edge0 = procs.cpu_seconds(edge.proc.pid)
                 res = loads.setup(r.addr, self.args.setups, timeout=(30 + self.args.setups * 0.1) * self.args.slow)
+                if res["ok"]:
+                    if pid:
+                        res["cpu_client_ms_per_conn"] = (procs.cpu_seconds(pid, tree=True) - cpu_client0) * 1000 / self.args.setups
+                    if mode in ("ours", "other"):
+                        res["cpu_edge_ms_per_conn"] = (procs.cpu_seconds(edge.proc.pid) - cpu_edge0) * 1000 / self.args.setups
                 results.setdefault(mode, {}).setdefault("setup", []).append(dict(res))
                 if not res["ok"]:
                     self.fail("%s: setup: %s" % (self.label(mode), res["error"]))
                 else:
-                    log("setup #%d %-14s p50 %.2f ms  p99 %.2f ms" % (
-                        rep + 1, self.label(mode), res["p50_ms"], res["p99_ms"]))
+                    log("setup #%d %-14s p50 %.2f ms  p99 %.2f ms  client CPU %s ms/connection" % (
+                        rep + 1, self.label(mode), res["p50_ms"], res["p99_ms"], _fmt(res.get("cpu_client_ms_per_conn"))))
 
     def run_concurrency(self, results, fd_budget):
         for n in self.args.conc_sizes:

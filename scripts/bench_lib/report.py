@@ -38,6 +38,8 @@ def _metrics(args):
         ("rtt_p999", "64 B round trip p99.9, us", "latency", "latency", "p999_us", every, 0),
         ("setup_p50", "New connection p50, ms", "setup", "setup", "p50_ms", every, 2),
         ("setup_p99", "New connection p99, ms", "setup", "setup", "p99_ms", every, 2),
+        ("setup_cpu_client", "New connection CPU ms, client/relay", "setup", "setup", "cpu_client_ms_per_conn", relay, 2),
+        ("setup_cpu_edge", "New connection CPU ms, edge emulator", "setup", "setup", "cpu_edge_ms_per_conn", tunnel, 2),
     ]
     k, each = args.parallel, args.parallel_mib
     for d, word in (("upload", "uploads"), ("download", "downloads")):

@@ -12,9 +12,10 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-// Swift's Glibc module leaves out <sys/epoll.h>, <sys/random.h> and <sys/timerfd.h>; the carrier's
-// data path needs them (no forwarders).
+// Swift's Glibc module leaves out <sys/epoll.h>, <sys/eventfd.h>, <sys/random.h> and
+// <sys/timerfd.h>; the carrier's loop and data path need them (no forwarders).
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/timerfd.h>
 

@@ -10,11 +10,11 @@ import Glibc
 /// Two tunnels in one process: a carrier created while another one's TLS handshake is half done
 /// must not break that handshake.
 ///
-/// libwebsockets 4.1.6 takes a new process-wide `SSL` ex-data index for its wsi each time a
-/// context is created, and its certificate-verify callback looks the wsi up with the newest
-/// index; a handshake that started before the new context then failed with "can't get wsi from
-/// ssl privdata" — seen as a rare TLS failure when tests (or a library user's tunnels) ran side
-/// by side. The hostile edge holds the first handshake while the second carrier starts.
+/// When the carrier ran on libwebsockets 4.1.6, each new context took a new process-wide `SSL`
+/// ex-data index, and a handshake that started before it failed ("can't get wsi from ssl
+/// privdata"). The carrier's loop is our own now; the case stays: a second carrier's start must
+/// leave a handshake under way alone. The hostile edge holds the first handshake while the second
+/// carrier starts.
 @Suite("carriers side by side", .serialized, .ownThreads)
 struct ConcurrentCarrierTests {
     @Test("a second tunnel's carrier, started during the first one's TLS handshake, does not fail it")
@@ -36,7 +36,7 @@ struct ConcurrentCarrierTests {
         let firstStream = Task { try await first.openStream(hostname: testHost, method: .serviceToken(token)) }
         // The first client's ClientHello is at the edge: its SSL object exists, its handshake waits.
         try await edge.event { $0 == "client-hello 0" }
-        // The second tunnel creates its own carrier (a new libwebsockets context) now.
+        // The second tunnel creates its own carrier (its own loop and TLS context) now.
         let secondStream = Task { try await second.openStream(hostname: testHost, method: .serviceToken(token)) }
         try await edge.event { $0 == "client-hello 1" }
         #expect(FileManager.default.createFile(atPath: gate.path, contents: Data()))
