@@ -122,6 +122,7 @@ extension Bridge {
         logger.debug("connection \(id): on a spare connection to the edge (\(adoptedParked ? "TLS open" : "TLS under way"))",
                      metadata: ["headers": "\(handshake.redactedLines)"])
         if adoptedParked { logger.debug("connection \(id): \(spareHandshake)") }
+        spareHandshake = ""
         dialDeadline = Self.now() + UInt64(max(1, loop.configuration.handshakeTimeoutSeconds)) * 1_000_000_000
         if dialStage == .parked {
             dialSent = 0
@@ -376,7 +377,11 @@ extension Bridge {
                 switch WebSocketUpgrade.judge(head, expectedAccept: expectedAccept) {
                 case .accepted:
                     dialStage = .over
+                    // What only the dial needed goes now (the head's bytes and its parsed form
+                    // would stay for the connection's life: memory per idle connection).
                     upgradeRequest = []
+                    headReader = ResponseHeadReader()
+                    expectedAccept = ""
                     onEstablished(leftover: UnsafeRawBufferPointer(start: buffer + consumed, count: count - consumed))
                     return .wait(edgeEvents)
                 case .refused(let status, let location):
