@@ -59,7 +59,7 @@ extension Bridge {
             logger.debug("connection \(id): dialing \(origin.webSocketURL)\(via)",
                          metadata: ["headers": "\(handshake.redactedLines)"])
         }
-        dialDeadline = Self.now() + UInt64(max(1, config.handshakeTimeoutSeconds)) * 1_000_000_000
+        dialDeadline = handshakeDeadline()
         switch SocketAddress(numeric: route.address, port: route.port) {
         case nil:
             failDial(.tcpConnect(SystemError(EINVAL, operation: "the address \(route.address)")))
@@ -123,14 +123,18 @@ extension Bridge {
                      metadata: ["headers": "\(handshake.redactedLines)"])
         if adoptedParked { logger.debug("connection \(id): \(spareHandshake)") }
         spareHandshake = ""
-        dialDeadline = Self.now() + UInt64(max(1, loop.configuration.handshakeTimeoutSeconds)) * 1_000_000_000
-        if dialStage == .parked {
-            dialSent = 0
-            headReader = ResponseHeadReader()
+        dialDeadline = handshakeDeadline()
+        if adoptedParked {
+            // Parking left the request's counters at their start (`handshakeStep`).
             dialStage = .upgrade
             advanceDial()
         }
         rearmTimer()
+    }
+
+    /// When a dial that starts now fails for want of an answer (the handshake timeout).
+    private func handshakeDeadline() -> UInt64 {
+        Self.now() + UInt64(max(1, loop.configuration.handshakeTimeoutSeconds)) * 1_000_000_000
     }
 
     /// A new key after the loop moved this bridge to another id: its socket's epoll tag and its
@@ -426,7 +430,7 @@ extension Bridge {
             logger.debug("connection \(id): the spare connection was closed by the edge (\(how)); dialling a new one")
             adoptedParked = false
             releaseSession()
-            closeSpareSocket()
+            dropEdgeSocket()
             dialStage = .connecting
             dial(route: route)
             return
@@ -450,8 +454,14 @@ extension Bridge {
 }
 
 extension Bridge {
-    /// The spare leaves the loop: its TLS and socket are released (after a close_notify when it
-    /// simply expired), and no one is told.
+    /// A spare the loop no longer wants (it expired, the loop stops, the edge's address changed)
+    /// leaves it, with a close_notify when its TLS is open.
+    func closeSpare() {
+        discardSpare(closeNotify: dialStage == .parked)
+    }
+
+    /// The spare leaves the loop: its TLS and socket are released (after a close_notify when
+    /// asked), and no one is told.
     func discardSpare(closeNotify: Bool) {
         dialStage = .over
         dialDeadline = nil
@@ -461,16 +471,8 @@ extension Bridge {
             ERR_clear_error()
         }
         releaseSession()
-        closeSpareSocket()
+        dropEdgeSocket()
         loop.spareGone(self)
-    }
-
-    /// Closes the edge's socket of a dial the machine never heard of.
-    private func closeSpareSocket() {
-        guard edgeFD >= 0 else { return }
-        unwatchEdge()
-        Glibc.close(edgeFD)
-        edgeFD = -1
     }
 }
 

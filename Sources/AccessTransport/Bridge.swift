@@ -637,7 +637,7 @@ final class Bridge {
                 } else {
                     logger.debug("spare connection: no TLS within \(loop.configuration.handshakeTimeoutSeconds) s; dropped")
                 }
-                discardSpare(closeNotify: dialStage == .parked)
+                closeSpare()
                 return
             }
             logger.debug("connection \(id): no answer within \(loop.configuration.handshakeTimeoutSeconds) s")
@@ -668,10 +668,17 @@ final class Bridge {
     /// progress are done.
     func closeEdgeSocket() {
         guard edgeFD >= 0 else { return }
+        dropEdgeSocket()
+        edgeReleasePending = true
+    }
+
+    /// Closes the edge's socket without a word to the machine: the socket of a dial it never heard
+    /// of (a spare's, or the dead one a taken spare leaves before its redial).
+    func dropEdgeSocket() {
+        guard edgeFD >= 0 else { return }
         unwatchEdge()
         Glibc.close(edgeFD)
         edgeFD = -1
-        edgeReleasePending = true
     }
 
     /// Puts the edge's socket in the epoll set with these events, or changes them.
@@ -702,7 +709,7 @@ final class Bridge {
     /// Closes both sides now (shutdown): the WebSocket with a Close frame after what is queued.
     func closeBoth() {
         if isSpare {
-            discardSpare(closeNotify: dialStage == .parked)
+            closeSpare()
             return
         }
         apply(.shutdown)

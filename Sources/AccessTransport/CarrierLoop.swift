@@ -25,10 +25,10 @@ package final class CarrierLoop: @unchecked Sendable {
         package var highWatermark = 1 << 20
         /// Queue size at which a paused producer resumes.
         package var lowWatermark = 256 << 10
-        /// How long a spare connection waits for the next local connection: once a connection's
-        /// WebSocket opens, the loop dials one more connection to the edge (TCP and TLS, no
-        /// request) when it holds none, and the next connection it is given takes it over and
-        /// needs only the upgrade's round trip. Nil: no spare (one connection, stdio mode).
+        /// How long a spare connection waits for the next local connection: once a connection has
+        /// delivered the edge's first bytes, the loop dials one more connection to the edge (TCP
+        /// and TLS, no request) when it holds none, and the next connection it is given takes it
+        /// over and needs only the upgrade's round trip. Nil: no spare (one connection, stdio mode).
         package var spareLifetime: Duration?
         /// Creates the defaults.
         package init() {}
@@ -90,9 +90,12 @@ package final class CarrierLoop: @unchecked Sendable {
     private var bridges: [Int: Bridge] = [:]
     /// The spare connection, dialling or parked (also in `bridges`, under an id of its own range).
     private var spare: Bridge?
-    /// Where the next spare goes, once the loop has nothing else to do (set when a WebSocket opens).
+    /// Where the next spare goes, once the loop has nothing else to do (set when a connection has
+    /// delivered its first bytes).
     private var spareWanted: EdgeRoute?
     private var sparesMade = 0
+    /// How long a spare stays parked, in nanoseconds (0: no spare).
+    let spareLifetimeNanoseconds: UInt64
     /// Spares' ids: far above any connection's, so that tags and timers never mix them up.
     private static let spareIDBase = 1 << 48
     private var stopping = false
@@ -114,6 +117,7 @@ package final class CarrierLoop: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         self.tuning = tuning
+        spareLifetimeNanoseconds = tuning.spareLifetime.map { UInt64(max(0, $0.secondsValue) * 1e9) } ?? 0
         self.onEvent = onEvent
         self.defaultHandshake = Handshake(request: configuration.request, credential: configuration.credential)
         pinned = AddressOverride.route(host: configuration.dialHost, port: configuration.dialPort,
@@ -341,7 +345,7 @@ package final class CarrierLoop: @unchecked Sendable {
                 return
             }
             // The edge's address changed (DNS): the spare goes to the old one.
-            spare.discardSpare(closeNotify: spare.dialStage == .parked)
+            spare.closeSpare()
         }
         let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
         bridges[id] = bridge
@@ -350,7 +354,7 @@ package final class CarrierLoop: @unchecked Sendable {
 
     /// A connection through `route` carries bytes: a spare follows when the loop is idle.
     func wantsSpare(route: EdgeRoute) {
-        if tuning.spareLifetime != nil, spare == nil, !stopping { spareWanted = route }
+        if spareLifetimeNanoseconds > 0, spare == nil, !stopping { spareWanted = route }
     }
 
     /// Dials the spare asked for, if any (the loop has served everything that was ready).
@@ -380,12 +384,6 @@ package final class CarrierLoop: @unchecked Sendable {
         return "\(nanoseconds / 1_000_000) ms"
     }
 
-    /// How long a spare stays parked, in nanoseconds.
-    var spareLifetimeNanoseconds: UInt64 {
-        guard let lifetime = tuning.spareLifetime else { return 0 }
-        let (seconds, attoseconds) = lifetime.components
-        return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
-    }
 
     /// Called by a bridge once both of its sides are gone.
     func forget(_ bridge: Bridge) {

@@ -98,7 +98,7 @@ struct TunnelFlagsNamed<Names: TunnelFlagNames>: ParsableArguments {
     var threads: Int?
 
     @Option(name: .customLong("spare-lifetime"), parsing: .unconditional,
-            help: "With --url: seconds a spare connection to the edge (TCP and TLS, dialled after each connection opens) waits for the next local connection, which then skips those handshakes; 0: no spare.")
+            help: "With --url: seconds a spare connection to the edge (TCP and TLS, dialled after a connection carried bytes) waits for the next local connection, which then skips those handshakes; 0: no spare.")
     var spareLifetime: Int?
 
     @Flag(name: .customLong("single-connection"), help: "With --url: stop listening after the first connection.")

@@ -619,13 +619,14 @@ class Bench:
                 pid = r.proc.pid if r.proc else None
                 # CPU per connection: a figure the other processes on two cores do not move as
                 # much as they move the wall-clock one (socat: its tree, the reaped forks included).
+                tunnel = mode in ("ours", "other")
                 cpu_client0 = procs.cpu_seconds(pid, tree=True) if pid else None
-                cpu_edge0 = procs.cpu_seconds(edge.proc.pid)
+                cpu_edge0 = procs.cpu_seconds(edge.proc.pid) if tunnel else None
                 res = loads.setup(r.addr, self.args.setups, timeout=(30 + self.args.setups * 0.1) * self.args.slow)
                 if res["ok"]:
                     if pid:
                         res["cpu_client_ms_per_conn"] = (procs.cpu_seconds(pid, tree=True) - cpu_client0) * 1000 / self.args.setups
-                    if mode in ("ours", "other"):
+                    if tunnel:
                         res["cpu_edge_ms_per_conn"] = (procs.cpu_seconds(edge.proc.pid) - cpu_edge0) * 1000 / self.args.setups
                 results.setdefault(mode, {}).setdefault("setup", []).append(dict(res))
                 if not res["ok"]:
