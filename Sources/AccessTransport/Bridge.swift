@@ -490,13 +490,21 @@ final class Bridge {
         // After a Close or a protocol violation nothing more is parsed; the edge's TLS stream is
         // read until it ends or the Close timer fires.
         guard !machine.readerStopped else { return }
+        // The payloads go out together once the pass is over (or the batch is full), and before
+        // anything else the frames say happens, so their order with it stays the wire's.
+        defer { sendBatchToLocal() }
         reader.feed(bytes) { event in
-            switch event {
-            case .data(let payload):
+            if case .data(let payload) = event {
                 // Nobody to deliver to any more after our Close or the local side's end.
                 guard machine.acceptsEdgeData else { return true }
                 apply(.edgeData(count: payload.count))
-                deliverToLocal(payload)
+                if loop.localBatch.isFull { sendBatchToLocal() }
+                gatherForLocal(payload)
+                return true
+            }
+            sendBatchToLocal()
+            switch event {
+            case .data:
                 return true
             case .pong:
                 return true
@@ -519,7 +527,9 @@ final class Bridge {
         }
     }
 
-    private func deliverToLocal(_ payload: UnsafeRawBufferPointer) {
+    /// Adds a frame's payload (a slice of the loop's receive buffer) to what this pass sends to
+    /// the local socket.
+    private func gatherForLocal(_ payload: UnsafeRawBufferPointer) {
         guard localFD >= 0 else { return }
         if !deliveredAny {
             // The connection has carried the edge's first bytes: a spare may follow, now that its
@@ -527,22 +537,29 @@ final class Bridge {
             deliveredAny = true
             loop.wantsSpare(route: route)
         }
-        var offset = 0
+        loop.localBatch.append(payload)
+    }
+
+    /// Sends the payloads gathered in this pass with one `sendmsg()`, as far as the local socket
+    /// takes them; the rest waits in `toLocal` (as everything does while `toLocal` holds bytes).
+    private func sendBatchToLocal() {
+        let batch = loop.localBatch
+        guard !batch.isEmpty else { return }
+        guard localFD >= 0 else { return batch.reset() }
         if toLocal.isEmpty {
-            while offset < payload.count {
-                let n = send(localFD, payload.baseAddress! + offset, payload.count - offset, Int32(MSG_NOSIGNAL))
-                if n > 0 { offset += n; continue }
-                let error = n < 0 ? SystemError.current() : SystemError(EPIPE)
-                if error.code == EINTR { continue }
-                if error.wouldBlock { break }
+            switch batch.send(to: localFD) {
+            case .all:
+                return
+            case .full:
+                break
+            case .failed(let error):
+                batch.reset()
                 apply(.localFailed("writing to the local connection failed: \(error)"))
                 return
             }
         }
-        if offset < payload.count {
-            toLocal.append(UnsafeRawBufferPointer(rebasing: payload[offset...]))
-            apply(.toLocalWritten(count: toLocal.count))
-        }
+        batch.drain { toLocal.append($0) }
+        apply(.toLocalWritten(count: toLocal.count))
     }
 
     private func flushLocal() {

@@ -66,6 +66,8 @@ package final class CarrierLoop: @unchecked Sendable {
     let cipherScratch = LoopBuffer(capacity: 512 << 10)
     /// Where this loop's bridges receive the edge's records, up to 256 KiB per `recv()`.
     let recordScratch = LoopBuffer(capacity: 256 << 10)
+    /// The frame payloads one pass over `rxBuffer` found, for one `sendmsg()` to the local socket.
+    let localBatch = SendBatch()
     /// Masking keys and upgrade keys (the service thread only).
     var random = RandomPool()
     /// The epoll set of every bridge's sockets, the timer and the wake-up eventfd.
