@@ -386,7 +386,6 @@ package final class CarrierLoop: @unchecked Sendable {
         return "\(nanoseconds / 1_000_000) ms"
     }
 
-
     /// Called by a bridge once both of its sides are gone.
     func forget(_ bridge: Bridge) {
         if bridges.removeValue(forKey: bridge.id) != nil { load.withLock { $0 -= 1 } }

@@ -19,10 +19,11 @@ public struct ListenerLimits: Sendable, Equatable {
     public var maxCarrierThreads: Int?
     /// How long a spare connection to the edge waits for the next local connection (nil: none).
     /// Once a connection has delivered the edge's first bytes, its thread dials one more connection
-    /// to the edge (TCP and TLS, no request, so the origin never hears of it) when it holds none; the next local
-    /// connection takes it over and waits only for the upgrade's round trip, not for the TCP and
-    /// TLS handshakes too. A spare nobody took is closed after this long, and none follows until a
-    /// connection opens again: an idle listener holds no connection to the edge. Never with
+    /// to the edge (TCP and TLS, no request, so the origin never hears of it) when it holds none;
+    /// the next local connection takes it over and waits only for the upgrade's round trip, not for
+    /// the TCP and TLS handshakes too. A spare nobody took is closed after this long, and none
+    /// follows until a connection opens again: an idle listener holds no connection to the edge.
+    /// Never with
     /// ``stopAcceptingAfterFirstConnection``. Between 1 and 300 seconds.
     public var spareConnectionLifetime: Duration?
 

@@ -30,9 +30,15 @@ struct SendBatchTests {
         }
     }
 
-    /// Where two byte arrays first differ (for a short failure message).
-    private func firstDifference(_ a: [UInt8], _ b: [UInt8]) -> Int {
-        zip(a, b).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(a.count, b.count)
+    /// Expects `got` to be `want`, with a short message (counts and the first difference) instead
+    /// of both arrays.
+    private func expectSameBytes(_ got: [UInt8], _ want: [UInt8], _ what: String,
+                                 sourceLocation: SourceLocation = #_sourceLocation) {
+        let same = got == want
+        let firstDifference = zip(got, want).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+            ?? min(got.count, want.count)
+        #expect(same, "\(what): \(got.count) of \(want.count) bytes, first difference at \(firstDifference)",
+                sourceLocation: sourceLocation)
     }
 
     /// Ranges of varied sizes (1 byte to 40 KiB) over one buffer, as frame payloads are.
@@ -73,8 +79,7 @@ struct SendBatchTests {
         received += drainSocket(receiver)
         #expect(fullTimes > 1, "the socket never filled twice: the test did not reach partial sends")
         #expect(batch.isEmpty)
-        let whole = received == source
-        #expect(whole, "\(received.count) of \(source.count) bytes arrived, first difference at \(firstDifference(received, source))")
+        expectSameBytes(received, source, "what arrived")
     }
 
     @Test("when the socket is full, drain hands on the rest from the first unsent byte, in order")
@@ -92,8 +97,7 @@ struct SendBatchTests {
         #expect(batch.isEmpty)
         let sent = drainSocket(receiver)
         #expect(!sent.isEmpty && !rest.isEmpty)
-        let whole = sent + rest == source
-        #expect(whole, "sent \(sent.count) + rest \(rest.count) of \(source.count), first difference at \(firstDifference(sent + rest, source))")
+        expectSameBytes(sent + rest, source, "sent (\(sent.count)) and drained (\(rest.count))")
     }
 
     @Test("a batch sent whole is empty and reusable; empty ranges are not added")
