@@ -56,7 +56,7 @@ public enum TunnelEnd: Sendable, Equatable, CustomStringConvertible {
         case .writeFailed(let detail):
             return "writing to the edge failed (\(detail)): the tunnel to \(host) is lost"
         case .localIOFailed(let detail):
-            return "\(detail): the tunnel to \(host) was closed"
+            return "\(detail); the tunnel to \(host) was closed"
         case .failedToOpen(let failure):
             return failure.message
         }

@@ -34,9 +34,28 @@ final class Bridge {
     private var deliveredAny = false
     /// The decisions.
     private(set) var machine: BridgeStateMachine
+    /// The local socket, or the descriptor read for the edge when the local side is a
+    /// `LocalPair` (stdin).
     var localFD: Int32
-    /// The local socket is in the loop's epoll set (from the 101 on).
+    /// The descriptor written with the edge's bytes when the local side is a `LocalPair`
+    /// (stdout); -1 when `localFD`, a socket, carries both directions.
+    var outputFD: Int32 = -1
+    /// What messages call the local side's two directions.
+    var localNames = LocalNames.socket
+    /// The local socket (or the pair's input) is in the loop's epoll set: from the 101 on; a
+    /// pair's input only while it is read, since a pipe whose writer closed reports a hang-up
+    /// to every `epoll_wait` until it leaves the set.
     private var localWatched = false
+    /// The pair's output is in the epoll set (from the 101 on, for its errors at least).
+    private var outputWatched = false
+    private var outputEvents: UInt32 = 0
+    /// The reader of the pair's output is gone (epoll said so): the next write fails.
+    private var outputGone = false
+    /// The pair's input gave its EOF.
+    private var inputEnded = false
+    /// The pair's file status flags before the loop made them non-blocking, restored before
+    /// they are closed (a pipe's description may be shared with another process).
+    private var pairFlags: (input: Int32, output: Int32) = (0, 0)
     /// The connection's TLS session from the start of the handshake; ours to free.
     var session: OpaquePointer?
     var edgeFD: Int32 = -1
@@ -101,6 +120,11 @@ final class Bridge {
         settings.lingerNanoseconds = UInt64(max(0, configuration.halfCloseLingerSeconds) * 1_000_000_000)
         machine = BridgeStateMachine(settings: settings)
     }
+
+    /// The local side is a `LocalPair` (two descriptors) rather than one socket.
+    var isPair: Bool { outputFD >= 0 }
+    /// Where the edge's bytes are written.
+    private var writeFD: Int32 { outputFD >= 0 ? outputFD : localFD }
 
     var opaque: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
     var logger: Logger { loop.logger }
@@ -199,6 +223,15 @@ final class Bridge {
         logger.debug("connection \(id): WebSocket established")
         let flags = fcntl(localFD, F_GETFL)
         _ = fcntl(localFD, F_SETFL, flags | O_NONBLOCK)
+        if isPair {
+            let outputFlags = fcntl(outputFD, F_GETFL)
+            _ = fcntl(outputFD, F_SETFL, outputFlags | O_NONBLOCK)
+            pairFlags = (flags, outputFlags)
+            // Watched with no events until bytes wait for it: epoll still reports its errors, so
+            // a reader that went away is known before anything is written.
+            loop.watch(fd: outputFD, tag: tag(.output), events: 0)
+            outputWatched = true
+        }
         loop.watch(fd: localFD, tag: tag(.local), events: EPOLLIN.rawValue)
         localWatched = true
         localEvents = EPOLLIN.rawValue
@@ -215,9 +248,11 @@ final class Bridge {
         updateInterest()
     }
 
-    enum Side: UInt64 { case local = 0, edge = 1 }
+    /// What an epoll tag names: the local socket (or a pair's input), the edge's socket, or a
+    /// pair's output.
+    enum Side: UInt64 { case local = 0, edge = 1, output = 2 }
 
-    func tag(_ side: Side) -> UInt64 { UInt64(id) << 1 | side.rawValue }
+    func tag(_ side: Side) -> UInt64 { UInt64(id) << 2 | side.rawValue }
 
     /// An epoll event for one of the two sockets.
     func onEvent(_ side: Side, events: UInt32) {
@@ -225,11 +260,28 @@ final class Bridge {
         switch side {
         case .local:
             guard localFD >= 0 else { return }
+            if isPair {
+                // A pipe's hang-up is its writer's close: the bytes before it are still read, and
+                // its EOF ends the input only; the output decides whether anyone is left.
+                readLocal(peerGone: outputGone)
+                break
+            }
             if events & EPOLLOUT.rawValue != 0 || hungUp { flushLocal() }
             if events & EPOLLIN.rawValue != 0 || hungUp, localFD >= 0 {
                 // Nothing more can be read or written there when it hung up while not read.
                 if hungUp && !machine.readsLocal { apply(.localHungUp) } else { readLocal(peerGone: hungUp) }
             }
+        case .output:
+            guard outputFD >= 0 else { return }
+            if hungUp {
+                // Its reader is gone. Level-triggered, this would be said again and again: the
+                // output leaves the set, and the next write fails (EPIPE) as it would anyway.
+                outputGone = true
+                unwatchOutput()
+            }
+            flushLocal()
+            // Nobody is left on the local side: the input ended and the output cannot be read.
+            if outputGone, inputEnded, localFD >= 0, toLocal.isEmpty { apply(.localHungUp) }
         case .edge:
             if dialStage.isUnderWay {
                 advanceDial()
@@ -269,18 +321,19 @@ final class Bridge {
         // A few reads per event, so one busy connection cannot starve the others.
         for _ in 0..<4 {
             guard localFD >= 0, machine.readsLocal else { return }
-            let n = recv(localFD, payload, chunk, 0)
+            let n = read(localFD, payload, chunk)
             if n > 0 {
                 apply(.localData(count: n))
                 sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
                 if n < chunk { return }
             } else if n == 0 {
+                inputEnded = true
                 apply(.localEOF(peerGone: peerGone))
                 return
             } else {
                 let error = SystemError.current()
                 if error.code == EINTR { continue }
-                if !error.wouldBlock { apply(.localFailed("reading the local connection failed: \(error)")) }
+                if !error.wouldBlock { apply(.localFailed("cannot read \(localNames.input): \(error)")) }
                 return
             }
         }
@@ -547,14 +600,14 @@ final class Bridge {
         guard !batch.isEmpty else { return }
         guard localFD >= 0 else { return batch.reset() }
         if toLocal.isEmpty {
-            switch batch.send(to: localFD) {
+            switch batch.send(to: writeFD, socket: !isPair) {
             case .all:
                 return
             case .full:
                 break
             case .failed(let error):
                 batch.reset()
-                apply(.localFailed("writing to the local connection failed: \(error)"))
+                apply(.localFailed("cannot write to \(localNames.output): \(error)"))
                 return
             }
         }
@@ -566,7 +619,8 @@ final class Bridge {
         while !toLocal.isEmpty, localFD >= 0 {
             var failure: SystemError?
             let sent = toLocal.consume(upTo: 1 << 20) { chunk in
-                let n = send(localFD, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
+                let n = isPair ? write(writeFD, chunk.baseAddress!, chunk.count)
+                    : send(localFD, chunk.baseAddress!, chunk.count, Int32(MSG_NOSIGNAL))
                 if n < 0 {
                     let error = SystemError.current()
                     if !error.wouldBlock && error.code != EINTR { failure = error }
@@ -574,7 +628,7 @@ final class Bridge {
                 return max(0, n)
             }
             if let failure {
-                apply(.localFailed("writing to the local connection failed: \(failure)"))
+                apply(.localFailed("cannot write to \(localNames.output): \(failure)"))
                 return
             }
             if sent == 0 { break }
@@ -609,7 +663,9 @@ final class Bridge {
     // MARK: Interest
 
     private func updateInterest() {
-        if localFD >= 0, localWatched {
+        if isPair {
+            updatePairInterest()
+        } else if localFD >= 0, localWatched {
             var want: UInt32 = 0
             if machine.readsLocal { want |= EPOLLIN.rawValue }
             if !toLocal.isEmpty { want |= EPOLLOUT.rawValue }
@@ -630,6 +686,27 @@ final class Bridge {
             if let cipher, !cipher.isEmpty { want |= EPOLLOUT.rawValue }
             watchEdge(want)
         }
+    }
+
+    /// A pair's input is in the set while it is read (see `localWatched`), its output with
+    /// EPOLLOUT while bytes wait for it.
+    private func updatePairInterest() {
+        guard localFD >= 0, outputFD >= 0 else { return }
+        let reads = machine.readsLocal
+        if reads != localWatched {
+            if reads { loop.watch(fd: localFD, tag: tag(.local), events: EPOLLIN.rawValue) } else { loop.unwatch(fd: localFD) }
+            localWatched = reads
+        }
+        let want: UInt32 = toLocal.isEmpty ? 0 : EPOLLOUT.rawValue
+        if outputWatched, want != outputEvents {
+            outputEvents = want
+            loop.modify(fd: outputFD, tag: tag(.output), events: want)
+        }
+    }
+
+    private func unwatchOutput() {
+        if outputFD >= 0, outputWatched { loop.unwatch(fd: outputFD) }
+        outputWatched = false
     }
 
     // MARK: Timer
@@ -714,6 +791,19 @@ final class Bridge {
         guard localFD >= 0 else { return }
         if localWatched { loop.unwatch(fd: localFD) }
         localWatched = false
+        if isPair {
+            // Closing them is the local side's end (EOF for the reader of the output); no reset
+            // for a pair, whose descriptors may be pipes.
+            unwatchOutput()
+            _ = fcntl(localFD, F_SETFL, pairFlags.input)
+            _ = fcntl(outputFD, F_SETFL, pairFlags.output)
+            Glibc.close(outputFD)
+            outputFD = -1
+            Glibc.close(localFD)
+            localFD = -1
+            toLocal.reset()
+            return
+        }
         // A tunnel that did not end cleanly ends the local connection abortively (RST): its
         // application sees ECONNRESET after the bytes that arrived, never a FIN that passes a
         // reply cut short for a complete one (issue 28.2). A clean end keeps the FIN.
@@ -740,6 +830,8 @@ final class Bridge {
         edgeFD = -1
         if localFD >= 0 { Glibc.close(localFD) }
         localFD = -1
+        if outputFD >= 0 { Glibc.close(outputFD) }
+        outputFD = -1
     }
 
     /// The dial failed: the owner is told (the local socket closed, or handed back after an Access
@@ -751,7 +843,13 @@ final class Bridge {
         logger.debug("connection \(id) failed: \(failure.detail)")
         let fd = localFD
         localFD = -1
-        if fd >= 0, handshake.handBackOnRefusal, failure.category == .authentication {
+        if outputFD >= 0 {
+            // A pair's descriptors are the dial's own duplicates: closed, with no reset.
+            Glibc.close(outputFD)
+            outputFD = -1
+            if fd >= 0 { Glibc.close(fd) }
+            loop.onEvent(.failed(id: id, failure))
+        } else if fd >= 0, handshake.handBackOnRefusal, failure.category == .authentication {
             loop.onEvent(.refused(id: id, socket: fd, failure))
         } else if fd >= 0, handshake.handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
             loop.onEvent(.retryable(id: id, socket: fd, attempt: handshake.attempt, failure))

@@ -35,7 +35,8 @@ package final class CarrierLoop: @unchecked Sendable {
     }
 
     private enum Command {
-        case bridge(id: Int, fd: Int32, route: EdgeRoute, handshake: Handshake)
+        /// `output`: a `LocalPair`'s output (`fd` is its input), or -1 when `fd` is a socket.
+        case bridge(id: Int, fd: Int32, output: Int32, names: LocalNames, route: EdgeRoute, handshake: Handshake)
         case closeAll
         case stop
     }
@@ -78,7 +79,7 @@ package final class CarrierLoop: @unchecked Sendable {
     private var timerFD: Int32 = -1
     private var deadlines = DeadlineHeap()
     private var armedDeadline: UInt64?
-    /// The epoll tags of the timer and of the wake-up eventfd (bridge tags are `id << 1 | side`,
+    /// The epoll tags of the timer and of the wake-up eventfd (bridge tags are `id << 2 | side`,
     /// ids count from 1).
     private static let timerTag = UInt64.max
     private static let wakeTag = UInt64.max - 1
@@ -248,9 +249,19 @@ package final class CarrierLoop: @unchecked Sendable {
     /// chooses, so that two connections at once see each other).
     func countBridge() { load.withLock { $0 += 1 } }
 
-    /// `bridge(…)` for a bridge already counted by `countBridge()`.
-    func bridgeCounted(socket fd: Int32, request: UpgradeRequest?, credential: CredentialKind?,
-                       handBackOnRefusal: Bool, handBackWhenRetryable: Bool, attempt: Int) -> Int {
+    /// Bridges the two descriptors of `pair` (which the loop owns from here on and closes,
+    /// without a reset) to a new WebSocket, as `bridge(socket:)` bridges a socket.
+    @discardableResult
+    package func bridge(pair: LocalPair) -> Int {
+        countBridge()
+        return bridgeCounted(socket: pair.input, pairOutput: pair.output, names: pair.names, request: nil, credential: nil,
+                             handBackOnRefusal: false, handBackWhenRetryable: false, attempt: 1)
+    }
+
+    /// `bridge(…)` for a bridge already counted by `countBridge()`. `pairOutput`: the output of a
+    /// `LocalPair` whose input is `fd` (-1: `fd` is a socket).
+    func bridgeCounted(socket fd: Int32, pairOutput: Int32 = -1, names: LocalNames = .socket, request: UpgradeRequest?,
+                       credential: CredentialKind?, handBackOnRefusal: Bool, handBackWhenRetryable: Bool, attempt: Int) -> Int {
         var handshake = request.map { Handshake(request: $0, credential: credential ?? configuration.credential) }
             ?? defaultHandshake
         handshake.handBackOnRefusal = handBackOnRefusal
@@ -259,11 +270,15 @@ package final class CarrierLoop: @unchecked Sendable {
         let id = ids.withLock { n -> Int in n += 1; return n }
         switch route() {
         case .success(let route):
-            post(.bridge(id: id, fd: fd, route: route, handshake: handshake))
+            post(.bridge(id: id, fd: fd, output: pairOutput, names: names, route: route, handshake: handshake))
         case .failure(let failure):
             load.withLock { $0 -= 1 }
             logger.debug("connection \(id) failed: \(failure.detail)")
-            if handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
+            if pairOutput >= 0 {
+                Glibc.close(pairOutput)
+                Glibc.close(fd)
+                onEvent(.failed(id: id, failure))
+            } else if handBackWhenRetryable, failure.isRetryable, failure.category == .transport {
                 onEvent(.retryable(id: id, socket: fd, attempt: attempt, failure))
             } else {
                 FileDescriptors.closeUnserved(fd)
@@ -326,8 +341,8 @@ package final class CarrierLoop: @unchecked Sendable {
         let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
         for command in pending {
             switch command {
-            case .bridge(let id, let fd, let route, let handshake):
-                startBridge(id: id, fd: fd, route: route, handshake: handshake)
+            case .bridge(let id, let fd, let output, let names, let route, let handshake):
+                startBridge(id: id, fd: fd, output: output, names: names, route: route, handshake: handshake)
             case .closeAll:
                 for bridge in bridges.values { bridge.closeBoth() }
             case .stop:
@@ -336,13 +351,15 @@ package final class CarrierLoop: @unchecked Sendable {
         }
     }
 
-    private func startBridge(id: Int, fd: Int32, route: EdgeRoute, handshake: Handshake) {
+    private func startBridge(id: Int, fd: Int32, output: Int32, names: LocalNames, route: EdgeRoute, handshake: Handshake) {
         if let spare {
             self.spare = nil
             if spare.route == route {
                 bridges.removeValue(forKey: spare.id)
                 spare.rekey(to: id)
                 bridges[id] = spare
+                spare.outputFD = output
+                spare.localNames = names
                 spare.adopt(localFD: fd, handshake: handshake)
                 return
             }
@@ -350,6 +367,8 @@ package final class CarrierLoop: @unchecked Sendable {
             spare.closeSpare()
         }
         let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
+        bridge.outputFD = output
+        bridge.localNames = names
         bridges[id] = bridge
         bridge.dial(route: route)
     }
@@ -477,8 +496,8 @@ package final class CarrierLoop: @unchecked Sendable {
             case Self.wakeTag:
                 drainCommands()
             default:
-                guard let bridge = bridges[Int(tag >> 1)] else { continue }
-                bridge.onEvent(tag & 1 == 0 ? .local : .edge, events: events)
+                guard let bridge = bridges[Int(tag >> 2)], let side = Bridge.Side(rawValue: tag & 3) else { continue }
+                bridge.onEvent(side, events: events)
             }
         }
     }

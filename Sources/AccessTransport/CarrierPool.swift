@@ -54,6 +54,15 @@ package final class CarrierPool: Sendable {
                                   handBackWhenRetryable: handBackWhenRetryable, attempt: attempt)
     }
 
+    /// Bridges the two descriptors of `pair` (the loop owns them from here on), as
+    /// `CarrierLoop.bridge(pair:)`.
+    @discardableResult
+    package func bridge(pair: LocalPair) -> Int {
+        let loop = pick()
+        return loop.bridgeCounted(socket: pair.input, pairOutput: pair.output, names: pair.names, request: nil, credential: nil,
+                                  handBackOnRefusal: false, handBackWhenRetryable: false, attempt: 1)
+    }
+
     /// The loop for the next connection, its count already raised (under the pool's lock, so that
     /// two connections chosen at once see each other).
     private func pick() -> CarrierLoop {

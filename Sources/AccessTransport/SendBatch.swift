@@ -45,13 +45,20 @@ final class SendBatch {
         case failed(SystemError)
     }
 
-    /// Sends the ranges left to the non-blocking socket `fd`, as far as it takes them.
-    func send(to fd: Int32) -> Sent {
+    /// Sends the ranges left to the non-blocking `fd`, as far as it takes them: a socket with
+    /// `sendmsg()` (no SIGPIPE), anything else (a pipe) with `writev()`, on a thread that blocks
+    /// SIGPIPE (the carrier's).
+    func send(to fd: Int32, socket: Bool = true) -> Sent {
         while !isEmpty {
-            var message = msghdr()
-            message.msg_iov = vectors + first
-            message.msg_iovlen = count - first
-            let n = sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+            let n: Int
+            if socket {
+                var message = msghdr()
+                message.msg_iov = vectors + first
+                message.msg_iovlen = count - first
+                n = sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+            } else {
+                n = writev(fd, vectors + first, Int32(count - first))
+            }
             if n > 0 {
                 consume(n)
                 continue

@@ -94,7 +94,9 @@ public actor AccessTunnel {
         }
     }
 
-    private enum Mode { case listener, stream }
+    /// A listener; a stream (a socket for the caller); or a stream whose local side is the
+    /// caller's `LocalPair`, served by the carrier itself.
+    private enum Mode: Equatable { case listener, stream(joining: LocalPair?) }
 
     private let options: Options
     private let logger: Logger
@@ -179,7 +181,19 @@ public actor AccessTunnel {
     ///
     /// Cancellation and `disconnect()` stop it as they stop ``connect(hostname:method:)``.
     public func openStream(hostname: String, method: AuthenticationMethod) async throws(TunnelFailure) -> TunnelStream {
-        try await start(hostname: hostname, method: method, mode: .stream)
+        try await start(hostname: hostname, method: method, mode: .stream(joining: nil))
+        guard case .connected = machine.state, let stream else { throw failureOfCurrentState() }
+        return stream
+    }
+
+    /// Opens the tunnel as ``openStream(hostname:method:)`` does, with `pair`'s two descriptors
+    /// as its local side (stdin and stdout in ProxyCommand mode): the carrier reads and writes
+    /// them itself, with no socket between. Every dial works on duplicates of them, closed when
+    /// the tunnel ends; so that the far ends see that end, point the caller's own at
+    /// `/dev/null` once this returns. The stream returned has no descriptor; its ``TunnelStream/ended``
+    /// says how the tunnel ended. `LocalPair.canServe(input:output:)` must hold.
+    package func openStream(hostname: String, method: AuthenticationMethod, joining pair: LocalPair) async throws(TunnelFailure) -> TunnelStream {
+        try await start(hostname: hostname, method: method, mode: .stream(joining: pair))
         guard case .connected = machine.state, let stream else { throw failureOfCurrentState() }
         return stream
     }
@@ -450,10 +464,10 @@ public actor AccessTunnel {
                     await self.feed(.dialSucceeded, generation: generation)
                 }
             })
-        case .stream:
+        case .stream(let pair):
             work.append(Task {
                 do throws(TunnelFailure) {
-                    let opened = try await transport.openStream(configuration)
+                    let opened = try await transport.openStream(configuration, joining: pair)
                     await self.streamOpened(opened, generation: generation)
                 } catch {
                     await self.feed(.dialFailed(error), generation: generation)

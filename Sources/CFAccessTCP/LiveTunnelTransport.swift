@@ -19,7 +19,7 @@ package struct LiveTunnelTransport: TunnelTransport {
 
     package func probe(_ configuration: CarrierConfiguration) async -> TunnelFailure? {
         do {
-            let (stream, serving) = try await openStream(configuration)
+            let (stream, serving) = try await openStream(configuration, joining: nil)
             stream.close()
             await serving.close()
             return nil
@@ -231,8 +231,17 @@ package struct LiveTunnelTransport: TunnelTransport {
         active.attach(fd: fd, id: id)
     }
 
-    package func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
-        let pair = try FileDescriptors.socketPair()
+    package func openStream(_ configuration: CarrierConfiguration, joining joined: LocalPair?) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
+        // With a pair, the loop serves this dial's own duplicates of it (closed at the end).
+        let local: LocalPair?
+        let pair: (carrier: Int32, caller: Int32)
+        if let joined {
+            local = try joined.duplicated()
+            pair = (-1, -1)
+        } else {
+            local = nil
+            pair = try FileDescriptors.socketPair()
+        }
         let outcome = OneShot<TunnelFailure?>()
         let end = OneShot<TunnelEnd>()
         let loop = CarrierPool(configuration: configuration, logger: logger, maxLoops: 1) { [report, logger] event in
@@ -252,11 +261,16 @@ package struct LiveTunnelTransport: TunnelTransport {
         do {
             try loop.start()
         } catch {
-            FileDescriptors.close(pair.carrier)
-            FileDescriptors.close(pair.caller)
+            if let local {
+                FileDescriptors.close(local.input)
+                FileDescriptors.close(local.output)
+            } else {
+                FileDescriptors.close(pair.carrier)
+                FileDescriptors.close(pair.caller)
+            }
             throw error
         }
-        loop.bridge(socket: pair.carrier)
+        if let local { loop.bridge(pair: local) } else { loop.bridge(socket: pair.carrier) }
         let failure = await withTaskCancellationHandler {
             await outcome.value
         } onCancel: {
@@ -264,11 +278,13 @@ package struct LiveTunnelTransport: TunnelTransport {
         }
         let serving = LiveServing(port: 0, listener: nil, loop: loop, end: end)
         if let failure {
-            FileDescriptors.close(pair.caller)
+            if local == nil { FileDescriptors.close(pair.caller) }
             await serving.close()
             throw failure
         }
-        return (TunnelStream(descriptor: pair.caller, host: configuration.request.origin.host, end: end), serving)
+        let host = configuration.request.origin.host
+        if local != nil { return (TunnelStream(joinedTo: host, end: end), serving) }
+        return (TunnelStream(descriptor: pair.caller, host: host, end: end), serving)
     }
 
     static func shutdown(_ loop: CarrierPool) async {

@@ -50,6 +50,15 @@ public final class TunnelStream: Sendable {
         self.end = end
     }
 
+    /// The stream of a tunnel whose local side is a `LocalPair` the carrier serves itself: no
+    /// descriptor of its own (its byte methods fail with `.invalidState`); ``ended`` works.
+    package init(joinedTo host: String, end: OneShot<TunnelEnd>) {
+        raw = -1
+        self.host = host
+        state = LockedBox(State(descriptor: nil))
+        self.end = end
+    }
+
     deinit {
         if let descriptor = state.withLock({ $0.descriptor }) { FileDescriptors.close(descriptor) }
     }

@@ -120,7 +120,8 @@ package protocol TunnelTransport: Sendable {
     /// request of `authorizer` if given, else with `configuration`'s.
     func serve(_ configuration: CarrierConfiguration, on place: ListenPlace,
                limits: ListenerLimits, authorizer: (any ConnectionAuthorizer)?) async throws(TunnelFailure) -> any ServingTunnel
-    /// Opens a WebSocket and returns a connected socket bridged to it.
-    func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel)
+    /// Opens a WebSocket and returns a connected socket bridged to it; with `pair`, bridges
+    /// duplicates of its descriptors instead and returns a stream without a descriptor.
+    func openStream(_ configuration: CarrierConfiguration, joining pair: LocalPair?) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel)
 }
 

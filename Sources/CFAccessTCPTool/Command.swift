@@ -166,16 +166,23 @@ struct TCPCommand: AsyncParsableCommand {
         }
     }
 
-    /// ProxyCommand mode: the tunnel is stdin/stdout.
+    /// ProxyCommand mode: the tunnel is stdin/stdout. When both are pipes or sockets (as ssh
+    /// gives them), the carrier loop reads and writes them itself; otherwise (a terminal, a
+    /// file, /dev/null) `StdioBridge`'s two threads copy between them and a socket pair.
     ///
     /// Exit status: 0 when either side closed cleanly; otherwise one plain line on stderr (and in
     /// the log file) naming what happened, and the status ``ExitStatus`` gives its ``TunnelEnd``.
     private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings, report: FailureReport) async throws {
+        let joined = LocalPair.canServe(input: STDIN_FILENO, output: STDOUT_FILENO)
         let stream: TunnelStream
         let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
         defer { notice.cancel() }
         do {
-            stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
+            if joined {
+                stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method, joining: LocalPair())
+            } else {
+                stream = try await tunnel.openStream(hostname: settings.hostname, method: settings.method)
+            }
             notice.cancel()
         } catch {
             report.failure(error)
@@ -183,6 +190,25 @@ struct TCPCommand: AsyncParsableCommand {
             await tunnel.disconnect()
             throw ExitStatus(error).code
         }
+        let end: TunnelEnd?
+        if joined {
+            ToolProcess.detachStandardInputAndOutput()
+            // The carrier reports the end once it has closed stdin and stdout (its duplicates).
+            end = await stream.ended
+        } else {
+            end = await pumpStdio(stream, host: settings.origin.host)
+        }
+        await tunnel.disconnect()
+        if let end, !end.isClean {
+            report.line(end.message(host: settings.origin.host))
+            throw ExitStatus(end).code
+        }
+        throw ExitCode.success
+    }
+
+    /// Copies between stdin/stdout and the stream's socket on two threads until the tunnel
+    /// ended; how it ended (a failed write to stdout as `localIOFailed`).
+    private func pumpStdio(_ stream: TunnelStream, host: String) async -> TunnelEnd? {
         let finished = OneShot<Void>()
         let outcome = LockedBox(StdioBridge.Outcome.ended)
         StdioBridge.pump(socket: stream.releaseFileDescriptor().rawValue) { result in
@@ -192,16 +218,10 @@ struct TCPCommand: AsyncParsableCommand {
         await finished.wait()
         // The bridge reports why the tunnel ended once its WebSocket is gone (bounded).
         let end = await stream.ended(within: 5)
-        await tunnel.disconnect()
         if case .outputFailed(let code) = outcome.withLock({ $0 }) {
-            report.line("cannot write to stdout: \(SystemError(code).text); the tunnel to \(settings.origin.host) was closed")
-            throw ExitStatus(TunnelEnd.localIOFailed(detail: "stdout")).code
+            return .localIOFailed(detail: "cannot write to stdout: \(SystemError(code).text)")
         }
-        if let end, !end.isClean {
-            report.line(end.message(host: settings.origin.host))
-            throw ExitStatus(end).code
-        }
-        throw ExitCode.success
+        return end
     }
 
     /// Listener mode: until SIGINT/SIGTERM (exit 0), or, with `--single-connection`, until its

@@ -42,6 +42,18 @@ enum ToolProcess {
         }
     }
 
+    /// Points stdin and stdout at /dev/null, once the carrier serves duplicates of them
+    /// (stdio mode): the carrier's are then the only descriptors of ssh's pipes in the process,
+    /// so ssh reads the end as soon as the tunnel closes them, and nothing else in the process
+    /// can ever write into its stream.
+    static func detachStandardInputAndOutput() {
+        let null = open("/dev/null", O_RDWR | O_CLOEXEC)
+        guard null >= 0 else { return }
+        _ = dup2(null, STDIN_FILENO)
+        _ = dup2(null, STDOUT_FILENO)
+        close(null)
+    }
+
     /// The most descriptors a listener asks for: two per connection (the local socket and the
     /// edge's), so about 32,000 connections. Nothing in the carrier needs more, and a process we
     /// start inherits the soft limit (one that closes its descriptors one by one at start, as some

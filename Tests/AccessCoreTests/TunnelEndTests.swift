@@ -52,7 +52,7 @@ struct TunnelEndTests {
         #expect(TunnelEnd.writeFailed(detail: "EPIPE").message(host: host)
             == "writing to the edge failed (EPIPE): the tunnel to ssh.example.com is lost")
         #expect(TunnelEnd.localIOFailed(detail: "cannot write to stdout").message(host: host)
-            == "cannot write to stdout: the tunnel to ssh.example.com was closed")
+            == "cannot write to stdout; the tunnel to ssh.example.com was closed")
         let refused = TunnelFailure.dns(host: host)
         #expect(TunnelEnd.failedToOpen(refused).message(host: host) == refused.message)
         #expect(TunnelEnd.closedByEdge(code: 1011).failure(host: host)?.category == .transport)

@@ -94,7 +94,7 @@ package final class ScriptedTransport: TunnelTransport, @unchecked Sendable {
         return FakeServing(port: 40_000, closed: closedServings)
     }
 
-    package func openStream(_ configuration: CarrierConfiguration) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
+    package func openStream(_ configuration: CarrierConfiguration, joining pair: LocalPair?) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
         throw .internalError("not scripted")
     }
 }
