@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 
-from . import loads, procs, report, sshbench
+from . import loads, procs, report, sshbench, stdiobench
 from .procs import LOOPBACK, BenchError
 
 HOSTNAME = "bench.cfat.test"
@@ -30,6 +30,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 MODE_LABELS = {"ours": "cf-access-tcp", "socat": "socat relay", "direct": "direct TCP"}
+SECTIONS = ("integrity", "bulk", "latency", "setup", "parallel", "concurrency", "ssh", "stdio")
 TUNNEL_MODES = ("ours", "other")
 
 PLACEHOLDERS = ("hostname", "listen", "listen_port", "edge", "edge_port", "ca", "token_id",
@@ -63,6 +64,9 @@ Measures (each repeated; median [min-max]):
   ssh          1 GiB down and up through an SSH session to a real sshd behind the emulator:
                `cf-access-tcp shell` vs `ssh -o ProxyCommand='cf-access-tcp …'` vs plain ssh:
                MiB/s, CPU s/GiB of the whole client, longest pause between chunks
+  stdio        one process per connection on pipes, as ssh's ProxyCommand runs it (cf-access-tcp
+               without --url, --client-stdio-cmd, `socat -`): 64-byte round trip p50/p99, the
+               bulk size down and up: MiB/s, CPU s/GiB of the whole process
 Every figure is also given as a ratio to direct TCP and to the socat relay.
 
 --client-cmd placeholders: {hostname} {listen} (127.0.0.1:PORT) {listen_port} {edge}
@@ -72,6 +76,11 @@ waits until something listens on {listen}. The edge certificate is valid for {ho
 127.0.0.1. Example (cloudflared, which trusts SSL_CERT_FILE):
   --client-cmd 'SSL_CERT_FILE={ca} cloudflared access tcp --hostname https://{edge}
                 --url {listen} --service-token-id {token_id} --service-token-secret {token_secret}'
+
+--client-stdio-cmd: the same client in stdio mode (no {listen}), for the stdio section; the
+placeholders above but {listen} and {listen_port}. Example:
+  --client-stdio-cmd 'SSL_CERT_FILE={ca} cloudflared access tcp --hostname https://{edge}
+                      --service-token-id {token_id} --service-token-secret {token_secret}'
 
 Exit status: 0 when every measurement produced its numbers and all bytes arrived intact
 (--quick also requires every concurrent connection to work); 1 otherwise; 2 on usage errors.
@@ -88,8 +97,8 @@ Only 127.0.0.1 is ever used.""")
     p.add_argument("--idle", type=float, help="idle seconds before re-checking concurrent connections "
                                               "(default 30; quick 2)")
     p.add_argument("--integrity-mib", type=int, help="echo integrity check size in MiB (default 64; quick 16)")
-    p.add_argument("--sections", default="integrity,bulk,latency,setup,parallel,concurrency,ssh",
-                   help="comma-separated subset of integrity,bulk,latency,setup,parallel,concurrency,ssh")
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help="comma-separated subset of %s" % ",".join(SECTIONS))
     p.add_argument("--parallel", type=int, help="transfers at once in the parallel section (default 8; quick 4)")
     p.add_argument("--parallel-mib", type=int, help="size of each parallel transfer in MiB (default 128; quick 16)")
     p.add_argument("--ssh-mib", type=int, help="ssh section transfer size in MiB (default 1024; quick 64)")
@@ -99,6 +108,8 @@ Only 127.0.0.1 is ever used.""")
     p.add_argument("--modes", default="ours,other,socat,direct",
                    help="comma-separated subset of ours,other,socat,direct (other only with --client-cmd)")
     p.add_argument("--client-cmd", metavar="TEMPLATE", help="another tunnel client to run alongside ours")
+    p.add_argument("--client-stdio-cmd", metavar="TEMPLATE",
+                   help="the --client-cmd client in stdio mode, for the stdio section")
     p.add_argument("--client-name", help="column name for --client-cmd (default: its program name)")
     p.add_argument("--json", metavar="FILE", help="also write all results as JSON to FILE")
     p.add_argument("--scratch-path", default=".build", help="swift build scratch path (default .build)")
@@ -140,7 +151,7 @@ Only 127.0.0.1 is ever used.""")
         p.error("--concurrency must be comma-separated integers")
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in args.sections:
-        if s not in ("integrity", "bulk", "latency", "setup", "parallel", "concurrency", "ssh"):
+        if s not in SECTIONS:
             p.error("unknown section %r" % s)
     args.ssh_modes = [m.strip() for m in args.ssh_modes.split(",") if m.strip()]
     for m in args.ssh_modes:
@@ -166,6 +177,11 @@ Only 127.0.0.1 is ever used.""")
         if not args.client_name:
             words = [w for w in shlex.split(args.client_cmd) if "=" not in w.split("/")[0]]
             args.client_name = os.path.basename(words[0]) if words else "other"
+    if args.client_stdio_cmd:
+        if not args.client_cmd:
+            p.error("--client-stdio-cmd needs --client-cmd (the same client, for the other sections)")
+        if not stdiobench.placeholders_ok(args.client_stdio_cmd):
+            p.error("--client-stdio-cmd: unknown or malformed placeholder (use {{ }} for literal braces)")
     args.modes = modes
     if args.parallel < 1 or args.parallel_mib < 1:
         p.error("--parallel and --parallel-mib must be positive")
@@ -419,7 +435,7 @@ class Bench:
                 "token_secret": TOKEN_SECRET, "destination": "%s:%d" % (LOOPBACK, self.targets[kind]),
                 "bin_dir": self.bin_dir,
             }
-            cmd = exec_form(self.args.client_cmd.format_map(values))
+            cmd = procs.exec_form(self.args.client_cmd.format_map(values))
             proc = self.procs.start("other-" + kind, cmd, shell=True, nofile=self.client_nofile)
             procs.wait_listening(proc, port)
         relay = Relay(mode, kind, proc, port, edge if mode in TUNNEL_MODES else None)
@@ -734,16 +750,6 @@ class Bench:
                 self.stop_relay(relay)
 
 
-def exec_form(cmd):
-    """A simple command line (no shell operators) is run with `exec`, so the client itself, not a
-    shell around it, is the process measured; leading VAR=value assignments stay in front."""
-    if re.search(r"[;|&`\n<>()]|\$\(", cmd):
-        return cmd
-    m = re.match(r"^((?:\s*[A-Za-z_][A-Za-z0-9_]*=\S*)*)\s*(.*)$", cmd, re.S)
-    assigns, rest = m.group(1).strip(), m.group(2)
-    return ("%s exec %s" % (assigns, rest)).strip()
-
-
 def _fmt(v, digits=2):
     return "-" if v is None else ("%.*f" % (digits, v))
 
@@ -814,6 +820,11 @@ def main(argv=None):
                 bench.stop_relay(relay)   # nothing else runs while SSH is measured
             bench.relays.clear()
             sshbench.run(bench, results, HOSTNAME, TOKEN_ID, TOKEN_SECRET, log, bench.fail)
+        if "stdio" in args.sections:
+            for relay in list(bench.relays.values()):
+                bench.stop_relay(relay)   # nothing else runs while stdio mode is measured
+            bench.relays.clear()
+            stdiobench.run(bench, results, HOSTNAME, TOKEN_ID, TOKEN_SECRET, log, bench.fail)
     except KeyboardInterrupt:
         log("interrupted; stopping every process started")
         bench.procs.stop_all()
@@ -840,11 +851,17 @@ def main(argv=None):
     if "ssh" in args.sections:
         ssh_summary = sshbench.summarize(results, args)
         text += "\n".join(sshbench.markdown(ssh_summary, args, report.cell)) + "\n"
+    stdio_summary = None
+    if "stdio" in args.sections:
+        stdio_summary = stdiobench.summarize(results, args)
+        text += "\n".join(stdiobench.markdown(stdio_summary, args, report.cell)) + "\n"
     sys.stdout.write(text)
     sys.stdout.flush()
     missing = report.missing_numbers(summary, args)
     if ssh_summary is not None:
         missing += sshbench.missing_numbers(ssh_summary, args)
+    if stdio_summary is not None:
+        missing += stdiobench.missing_numbers(stdio_summary, args)
     for m in missing:
         bench.fail("no number: %s" % m)
     if args.json:
@@ -854,10 +871,11 @@ def main(argv=None):
             "elapsed_seconds": elapsed,
             "config": {k: getattr(args, k) for k in ("quick", "repeats", "bulk_mib", "rounds", "warmup", "setups",
                                                      "conc_sizes", "idle", "integrity_mib", "parallel", "parallel_mib", "sections", "modes", "ssh_mib", "ssh_modes",
-                                                     "client_cmd", "client_name")},
+                                                     "client_cmd", "client_stdio_cmd", "client_name")},
             "labels": {m: bench.label(m) for m in args.modes},
             "summary": summary,
             "ssh_summary": ssh_summary,
+            "stdio_summary": stdio_summary,
             "targets": report.targets(summary, args),
             "raw": results,
             "failures": bench.failures,

@@ -6,6 +6,7 @@ stopped. `Processes.stop_all()` runs from a `finally`, from atexit and on SIGINT
 """
 
 import os
+import re
 import resource
 import signal
 import socket
@@ -285,3 +286,13 @@ def wait_listening(proc, port, timeout=20.0):
             raise BenchError("%s is not listening on %s:%d after %.0f s:\n%s"
                              % (proc.name, LOOPBACK, port, timeout, proc.log_tail()))
         time.sleep(0.02)
+
+
+def exec_form(cmd):
+    """A simple command line (no shell operators) is run with `exec`, so the client itself, not a
+    shell around it, is the process measured; leading VAR=value assignments stay in front."""
+    if re.search(r"[;|&`\n<>()]|\$\(", cmd):
+        return cmd
+    m = re.match(r"^((?:\s*[A-Za-z_][A-Za-z0-9_]*=\S*)*)\s*(.*)$", cmd, re.S)
+    assigns, rest = m.group(1).strip(), m.group(2)
+    return ("%s exec %s" % (assigns, rest)).strip()

@@ -178,7 +178,34 @@ def _cell(entry, digits):
     return "%s [%s–%s]" % (f.format(entry["median"]), f.format(entry["min"]), f.format(entry["max"]))
 
 
-cell = _cell   # for the other sections' tables (sshbench)
+cell = _cell   # for the other sections' tables (sshbench, stdiobench)
+
+
+def section_summary(section_results, modes, rows):
+    """Median / min / max per mode of each (measure, field, …) row of a section whose results
+    are {mode: {measure: [entry, …]}}; key "measure_field", None where no entry has the field."""
+    out = {}
+    for mode in modes:
+        per = out[mode] = {}
+        for row in rows:
+            measure, field = row[0], row[1]
+            values = [e[field] for e in section_results.get(mode, {}).get(measure, [])
+                      if e["ok"] and e.get(field) is not None]
+            per["%s_%s" % (measure, field)] = None if not values else {
+                "median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+    return out
+
+
+def section_table(summary, modes, labels, rows, size):
+    """The markdown table of a section summary: a column per mode, a row per (measure, field,
+    label, digits); a "%s" in a label is the transfer size."""
+    header = ["Measure"] + labels
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for measure, field, label, digits in rows:
+        key = "%s_%s" % (measure, field)
+        lines.append("| " + " | ".join([label % size if "%s" in label else label]
+                                       + [_cell(summary[m].get(key), digits) for m in modes]) + " |")
+    return lines
 
 
 def _ratio(v):

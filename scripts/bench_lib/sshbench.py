@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+from . import report
 from .procs import LOOPBACK, BenchError
 
 MIB = 1 << 20
@@ -316,29 +317,14 @@ ROWS = (
 
 
 def summarize(results, args):
-    import statistics
-    out = {}
-    for mode in args.ssh_modes:
-        per = out[mode] = {}
-        for direction, field, _, _ in ROWS:
-            values = [e[field] for e in results.get("ssh", {}).get(mode, {}).get(direction, [])
-                      if e["ok"] and e.get(field) is not None]
-            per["%s_%s" % (direction, field)] = None if not values else {
-                "median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-    return out
+    return report.section_summary(results.get("ssh", {}), args.ssh_modes, ROWS)
 
 
 def markdown(summary, args, cell):
     size = "%d MiB" % args.ssh_mib if args.ssh_mib % 1024 else "%d GiB" % (args.ssh_mib // 1024)
     lines = ["SSH through the tunnel (`ssh` section): `cf-access-tcp shell` against OpenSSH with "
              "`ProxyCommand=cf-access-tcp --hostname %h`, and plain ssh to the same sshd:", ""]
-    header = ["Measure"] + [MODE_LABELS[m] for m in args.ssh_modes]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
-    for direction, field, label, digits in ROWS:
-        key = "%s_%s" % (direction, field)
-        lines.append("| " + " | ".join([label % size if "%s" in label else label]
-                                       + [cell(summary[m].get(key), digits) for m in args.ssh_modes]) + " |")
+    lines += report.section_table(summary, args.ssh_modes, [MODE_LABELS[m] for m in args.ssh_modes], ROWS, size)
     lines.append("")
     lines.append("CPU = user+system seconds of the whole client (the tool; or ssh and its ProxyCommand), "
                  "connecting and logging in included; MiB/s from the first to the last byte.")
