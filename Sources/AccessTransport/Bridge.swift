@@ -254,7 +254,7 @@ final class Bridge {
 
     func tag(_ side: Side) -> UInt64 { UInt64(id) << 2 | side.rawValue }
 
-    /// An epoll event for one of the two sockets.
+    /// An epoll event for one of the bridge's descriptors.
     func onEvent(_ side: Side, events: UInt32) {
         let hungUp = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
         switch side {

@@ -174,6 +174,8 @@ struct TCPCommand: AsyncParsableCommand {
     /// the log file) naming what happened, and the status ``ExitStatus`` gives its ``TunnelEnd``.
     private func serveStdio(_ tunnel: AccessTunnel, settings: TunnelSettings, report: FailureReport) async throws {
         let joined = LocalPair.canServe(input: STDIN_FILENO, output: STDOUT_FILENO)
+        report.logger.debug(joined ? "stdin and stdout are pipes or sockets: the carrier reads and writes them itself"
+                                   : "stdin or stdout is not a pipe or a socket: two threads copy them through a socket pair")
         let stream: TunnelStream
         let notice = SlowDialNotice.watch(tunnel, host: settings.origin.host, logger: report.logger)
         defer { notice.cancel() }
