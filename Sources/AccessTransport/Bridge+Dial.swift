@@ -113,8 +113,11 @@ extension Bridge {
 
     /// A local connection takes over this spare (already re-keyed to `id` by the loop): its
     /// request goes out as soon as the spare's TLS is open, at once when it is parked.
-    func adopt(localFD fd: Int32, handshake: Handshake) {
+    /// `output` and `names`: a `LocalPair`'s output and names (`fd` is its input).
+    func adopt(localFD fd: Int32, output: Int32, names: LocalNames, handshake: Handshake) {
         localFD = fd
+        outputFD = output
+        localNames = names
         self.handshake = handshake
         isSpare = false
         adoptedParked = dialStage == .parked

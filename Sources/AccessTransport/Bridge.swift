@@ -51,8 +51,6 @@ final class Bridge {
     private var outputEvents: UInt32 = 0
     /// The reader of the pair's output is gone (epoll said so): the next write fails.
     private var outputGone = false
-    /// The pair's input gave its EOF.
-    private var inputEnded = false
     /// The pair's file status flags before the loop made them non-blocking, restored before
     /// they are closed (a pipe's description may be shared with another process).
     private var pairFlags: (input: Int32, output: Int32) = (0, 0)
@@ -107,10 +105,14 @@ final class Bridge {
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
 
-    init(id: Int, localFD: Int32, loop: CarrierLoop, handshake: Handshake) {
+    /// `outputFD` and `localNames`: a `LocalPair`'s output and names (`localFD` is its input).
+    init(id: Int, localFD: Int32, outputFD: Int32 = -1, localNames: LocalNames = .socket, loop: CarrierLoop,
+         handshake: Handshake) {
         self.id = id
         self.handshake = handshake
         self.localFD = localFD
+        self.outputFD = outputFD
+        self.localNames = localNames
         self.loop = loop
         let configuration = loop.configuration
         var settings = BridgeStateMachine.Settings()
@@ -281,7 +283,7 @@ final class Bridge {
             }
             flushLocal()
             // Nobody is left on the local side: the input ended and the output cannot be read.
-            if outputGone, inputEnded, localFD >= 0, toLocal.isEmpty { apply(.localHungUp) }
+            if outputGone, machine.local == .inputEnded, toLocal.isEmpty { apply(.localHungUp) }
         case .edge:
             if dialStage.isUnderWay {
                 advanceDial()
@@ -327,7 +329,6 @@ final class Bridge {
                 sendFrame(opcode: WebSocketFrames.opBinary, payload: payload, count: n)
                 if n < chunk { return }
             } else if n == 0 {
-                inputEnded = true
                 apply(.localEOF(peerGone: peerGone))
                 return
             } else {

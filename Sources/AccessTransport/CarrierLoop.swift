@@ -249,15 +249,6 @@ package final class CarrierLoop: @unchecked Sendable {
     /// chooses, so that two connections at once see each other).
     func countBridge() { load.withLock { $0 += 1 } }
 
-    /// Bridges the two descriptors of `pair` (which the loop owns from here on and closes,
-    /// without a reset) to a new WebSocket, as `bridge(socket:)` bridges a socket.
-    @discardableResult
-    package func bridge(pair: LocalPair) -> Int {
-        countBridge()
-        return bridgeCounted(socket: pair.input, pairOutput: pair.output, names: pair.names, request: nil, credential: nil,
-                             handBackOnRefusal: false, handBackWhenRetryable: false, attempt: 1)
-    }
-
     /// `bridge(…)` for a bridge already counted by `countBridge()`. `pairOutput`: the output of a
     /// `LocalPair` whose input is `fd` (-1: `fd` is a socket).
     func bridgeCounted(socket fd: Int32, pairOutput: Int32 = -1, names: LocalNames = .socket, request: UpgradeRequest?,
@@ -358,17 +349,13 @@ package final class CarrierLoop: @unchecked Sendable {
                 bridges.removeValue(forKey: spare.id)
                 spare.rekey(to: id)
                 bridges[id] = spare
-                spare.outputFD = output
-                spare.localNames = names
-                spare.adopt(localFD: fd, handshake: handshake)
+                spare.adopt(localFD: fd, output: output, names: names, handshake: handshake)
                 return
             }
             // The edge's address changed (DNS): the spare goes to the old one.
             spare.closeSpare()
         }
-        let bridge = Bridge(id: id, localFD: fd, loop: self, handshake: handshake)
-        bridge.outputFD = output
-        bridge.localNames = names
+        let bridge = Bridge(id: id, localFD: fd, outputFD: output, localNames: names, loop: self, handshake: handshake)
         bridges[id] = bridge
         bridge.dial(route: route)
     }

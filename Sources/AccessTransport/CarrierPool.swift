@@ -54,8 +54,9 @@ package final class CarrierPool: Sendable {
                                   handBackWhenRetryable: handBackWhenRetryable, attempt: attempt)
     }
 
-    /// Bridges the two descriptors of `pair` (the loop owns them from here on), as
-    /// `CarrierLoop.bridge(pair:)`.
+    /// Bridges the two descriptors of `pair` to a new WebSocket on the least busy loop, as
+    /// `bridge(socket:)` bridges a socket; the loop owns them from here on and closes them,
+    /// without a reset.
     @discardableResult
     package func bridge(pair: LocalPair) -> Int {
         let loop = pick()

@@ -232,16 +232,10 @@ package struct LiveTunnelTransport: TunnelTransport {
     }
 
     package func openStream(_ configuration: CarrierConfiguration, joining joined: LocalPair?) async throws(TunnelFailure) -> (TunnelStream, any ServingTunnel) {
-        // With a pair, the loop serves this dial's own duplicates of it (closed at the end).
-        let local: LocalPair?
-        let pair: (carrier: Int32, caller: Int32)
-        if let joined {
-            local = try joined.duplicated()
-            pair = (-1, -1)
-        } else {
-            local = nil
-            pair = try FileDescriptors.socketPair()
-        }
+        // With a pair, the loop serves this dial's own duplicates of it (closed at the end);
+        // otherwise one end of a socket pair, the caller the other.
+        let local = try joined?.duplicated()
+        let pair: (carrier: Int32, caller: Int32)? = try local == nil ? FileDescriptors.socketPair() : nil
         let outcome = OneShot<TunnelFailure?>()
         let end = OneShot<TunnelEnd>()
         let loop = CarrierPool(configuration: configuration, logger: logger, maxLoops: 1) { [report, logger] event in
@@ -261,16 +255,12 @@ package struct LiveTunnelTransport: TunnelTransport {
         do {
             try loop.start()
         } catch {
-            if let local {
-                FileDescriptors.close(local.input)
-                FileDescriptors.close(local.output)
-            } else {
-                FileDescriptors.close(pair.carrier)
-                FileDescriptors.close(pair.caller)
+            for fd in [local?.input, local?.output, pair?.carrier, pair?.caller].compactMap({ $0 }) {
+                FileDescriptors.close(fd)
             }
             throw error
         }
-        if let local { loop.bridge(pair: local) } else { loop.bridge(socket: pair.carrier) }
+        if let pair { loop.bridge(socket: pair.carrier) } else if let local { loop.bridge(pair: local) }
         let failure = await withTaskCancellationHandler {
             await outcome.value
         } onCancel: {
@@ -278,12 +268,12 @@ package struct LiveTunnelTransport: TunnelTransport {
         }
         let serving = LiveServing(port: 0, listener: nil, loop: loop, end: end)
         if let failure {
-            if local == nil { FileDescriptors.close(pair.caller) }
+            if let pair { FileDescriptors.close(pair.caller) }
             await serving.close()
             throw failure
         }
         let host = configuration.request.origin.host
-        if local != nil { return (TunnelStream(joinedTo: host, end: end), serving) }
+        guard let pair else { return (TunnelStream(joinedTo: host, end: end), serving) }
         return (TunnelStream(descriptor: pair.caller, host: host, end: end), serving)
     }
 

@@ -89,6 +89,21 @@ struct StdioOnLoopTests {
         #expect(try child.waitForExit(timeout: 20) == 0, "\(child.stderrText)")
     }
 
+    @Test("stdin's EOF first (the linger), then stdout's reader gone: the run ends at once, not after the linger")
+    func stdoutReaderGoneDuringLinger() throws {
+        let run = try StdioRun(.echo, extra: ["--half-close-linger", "60"])
+        let child = run.child
+        let request = Array("ping\n".utf8)
+        #expect(write(run.stdin, request, request.count) == request.count)
+        #expect(try readAll(run.stdout, expecting: request.count, timeout: 60) == request)
+        close(run.stdin)
+        usleep(300_000)
+        #expect(child.isRunning, "the linger keeps the tunnel open for the reply: \(child.stderrText)")
+        close(run.stdout)
+        // Nobody is left to read a reply.
+        #expect(try child.waitForExit(timeout: 20) == 0, "\(child.stderrText)")
+    }
+
     @Test("stdin hangs up while its reading is paused: no busy loop, every byte still echoed, exit 0")
     func hangUpWhilePaused() throws {
         let run = try StdioRun(.echo, extra: ["--half-close-linger", "10"])
