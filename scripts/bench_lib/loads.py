@@ -235,8 +235,9 @@ def latency(addr, rounds, warmup, timeout):
         s.close()
 
 
-def setup(addr, count, timeout):
-    """`count` sequential new connections: connect() to the first echoed byte, ms p50/p99."""
+def setup(addr, count, timeout, gap=0.0):
+    """`count` sequential new connections: connect() to the first echoed byte, ms p50/p99; `gap`
+    seconds of pause after each connection is closed (0: back to back)."""
     res = LoadResult(count=count)
     deadline = time.monotonic() + timeout
     samples = []
@@ -262,6 +263,8 @@ def setup(addr, count, timeout):
         if data != byte:
             return res.fail("connection %d: %s" % (i, "EOF" if not data else "wrong echo"))
         samples.append((t1 - t0) / 1e6)
+        if gap > 0:
+            time.sleep(gap)
     samples.sort()
     res.update(p50_ms=percentile(samples, 50), p99_ms=percentile(samples, 99),
                mean_ms=sum(samples) / len(samples))

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 
-from . import loads, procs, report, sshbench, stdiobench
+from . import floorbench, loads, procs, report, sshbench, stdiobench
 from .procs import LOOPBACK, BenchError
 
 HOSTNAME = "bench.cfat.test"
@@ -30,7 +30,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 MODE_LABELS = {"ours": "cf-access-tcp", "socat": "socat relay", "direct": "direct TCP"}
-SECTIONS = ("integrity", "bulk", "latency", "setup", "parallel", "concurrency", "ssh", "stdio")
+SECTIONS = ("integrity", "bulk", "latency", "setup", "parallel", "concurrency", "ssh", "stdio", "floor")
 TUNNEL_MODES = ("ours", "other")
 
 PLACEHOLDERS = ("hostname", "listen", "listen_port", "edge", "edge_port", "ca", "token_id",
@@ -67,6 +67,9 @@ Measures (each repeated; median [min-max]):
   stdio        one process per connection on pipes, as ssh's ProxyCommand runs it (cf-access-tcp
                without --url, --client-stdio-cmd, `socat -`): 64-byte round trip p50/p99, the
                bulk size down and up: MiB/s, CPU s/GiB of the whole process
+  floor        a C probe (gcc, libssl-dev), one thread, no socket: CPU s/GiB of a copy, masking,
+               AES-128-GCM seal and open straight from EVP, and OpenSSL's SSL_write/SSL_read;
+               with the bulk section's socat figures, the least a TLS WebSocket relay can spend
 Every figure is also given as a ratio to direct TCP and to the socat relay.
 
 --client-cmd placeholders: {hostname} {listen} (127.0.0.1:PORT) {listen_port} {edge}
@@ -92,6 +95,9 @@ Only 127.0.0.1 is ever used.""")
     p.add_argument("--bulk-mib", type=int, help="bulk transfer size in MiB (default 1024; quick 64)")
     p.add_argument("--rounds", type=int, help="ping-pong round trips (default 10000; quick 1000)")
     p.add_argument("--setups", type=int, help="sequential new connections (default 200; quick 50)")
+    p.add_argument("--setup-gap-ms", type=float, default=0.0,
+                   help="pause between two sequential new connections of the setup section, in ms "
+                        "(default 0: back to back)")
     p.add_argument("--concurrency", help="comma-separated concurrent connection counts "
                                          "(default 1000,5000; quick 100)")
     p.add_argument("--idle", type=float, help="idle seconds before re-checking concurrent connections "
@@ -185,7 +191,8 @@ Only 127.0.0.1 is ever used.""")
     args.modes = modes
     if args.parallel < 1 or args.parallel_mib < 1:
         p.error("--parallel and --parallel-mib must be positive")
-    if args.repeats < 1 or args.ssh_mib < 1 or args.bulk_mib < 1 or args.rounds < 1 or args.setups < 1 or args.idle < 0:
+    if args.repeats < 1 or args.ssh_mib < 1 or args.bulk_mib < 1 or args.rounds < 1 or args.setups < 1 or args.idle < 0 \
+            or args.setup_gap_ms < 0:
         p.error("counts must be positive")
     if "socat" in modes and not shutil.which("socat"):
         p.error("socat is not installed (apt-get install socat, or --modes without socat)")
@@ -638,7 +645,8 @@ class Bench:
                 tunnel = mode in ("ours", "other")
                 cpu_client0 = procs.cpu_seconds(pid, tree=True) if pid else None
                 cpu_edge0 = procs.cpu_seconds(edge.proc.pid) if tunnel else None
-                res = loads.setup(r.addr, self.args.setups, timeout=(30 + self.args.setups * 0.1) * self.args.slow)
+                res = loads.setup(r.addr, self.args.setups, gap=self.args.setup_gap_ms / 1000,
+                                  timeout=(30 + self.args.setups * (0.1 + self.args.setup_gap_ms / 1000)) * self.args.slow)
                 if res["ok"]:
                     if pid:
                         res["cpu_client_ms_per_conn"] = (procs.cpu_seconds(pid, tree=True) - cpu_client0) * 1000 / self.args.setups
@@ -825,6 +833,11 @@ def main(argv=None):
                 bench.stop_relay(relay)   # nothing else runs while stdio mode is measured
             bench.relays.clear()
             stdiobench.run(bench, results, HOSTNAME, TOKEN_ID, TOKEN_SECRET, log, bench.fail)
+        if "floor" in args.sections:
+            for relay in list(bench.relays.values()):
+                bench.stop_relay(relay)   # the probe runs alone
+            bench.relays.clear()
+            floorbench.run(bench, results, log, bench.fail)
     except KeyboardInterrupt:
         log("interrupted; stopping every process started")
         bench.procs.stop_all()
@@ -855,6 +868,11 @@ def main(argv=None):
     if "stdio" in args.sections:
         stdio_summary = stdiobench.summarize(results, args)
         text += "\n".join(stdiobench.markdown(stdio_summary, args, report.cell)) + "\n"
+    floor_summary = None
+    if "floor" in args.sections:
+        floor_summary = floorbench.summarize(results, report)
+        text += "\n".join(floorbench.markdown(floor_summary, summary, args, report.cell,
+                                              report.TARGET_CPU_OVER_SOCAT)) + "\n"
     sys.stdout.write(text)
     sys.stdout.flush()
     missing = report.missing_numbers(summary, args)
@@ -862,6 +880,8 @@ def main(argv=None):
         missing += sshbench.missing_numbers(ssh_summary, args)
     if stdio_summary is not None:
         missing += stdiobench.missing_numbers(stdio_summary, args)
+    if floor_summary is not None:
+        missing += floorbench.missing_numbers(floor_summary)
     for m in missing:
         bench.fail("no number: %s" % m)
     if args.json:
@@ -869,13 +889,16 @@ def main(argv=None):
             "command": command,
             "machine": machine,
             "elapsed_seconds": elapsed,
-            "config": {k: getattr(args, k) for k in ("quick", "repeats", "bulk_mib", "rounds", "warmup", "setups",
+            "config": {k: getattr(args, k) for k in ("quick", "repeats", "bulk_mib", "rounds", "warmup", "setups", "setup_gap_ms",
                                                      "conc_sizes", "idle", "integrity_mib", "parallel", "parallel_mib", "sections", "modes", "ssh_mib", "ssh_modes",
                                                      "client_cmd", "client_stdio_cmd", "client_name")},
             "labels": {m: bench.label(m) for m in args.modes},
             "summary": summary,
             "ssh_summary": ssh_summary,
             "stdio_summary": stdio_summary,
+            "floor_summary": floor_summary,
+            "floor_least": None if floor_summary is None else floorbench.least(floor_summary, summary,
+                                                                               report.TARGET_CPU_OVER_SOCAT),
             "targets": report.targets(summary, args),
             "raw": results,
             "failures": bench.failures,

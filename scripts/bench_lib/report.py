@@ -221,8 +221,8 @@ def markdown(summary, args, bench, machine, command, elapsed):
     lines.append("")
     lines.append("`%s` — %d repeat(s), median [min–max]; %s; %s cores, %s; load average %s at the "
                  "start, %s at the end; %.0f s." % (
-        command.strip(), args.repeats, "rounds %d, setups %d, concurrency %s, idle %g s" % (
-            args.rounds, args.setups, "/".join(str(n) for n in args.conc_sizes) or "-", args.idle),
+        command.strip(), args.repeats, "rounds %d, setups %d%s, concurrency %s, idle %g s" % (
+            args.rounds, args.setups, " (%g ms apart)" % args.setup_gap_ms if args.setup_gap_ms else "", "/".join(str(n) for n in args.conc_sizes) or "-", args.idle),
         machine["nproc"], machine["cpu_model"], machine.get("loadavg_start"), machine.get("loadavg_end"),
         elapsed))
     if args.ours_wrapper:
