@@ -143,7 +143,7 @@ let package = Package(
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "AccessTransportTests",
-                    dependencies: ["AccessTransport", "AccessCore", "AccessTestSupport",
+                    dependencies: ["AccessTransport", "AccessCore", "AccessTestSupport", "CCFOpenSSL",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         // The SSH policy (authentication order, known_hosts decisions, reconnect, keepalive)

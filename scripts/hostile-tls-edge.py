@@ -42,6 +42,8 @@ request that comes in time is answered with a 101 and every binary frame echoed 
                seconds or more after its handshake is closed without an answer as the request
                arrives (logs `request-after-idle`): the edge's idle close crossing the request
 Both log `request-in-time` for a request they answer.
+
+--tls12 makes any mode speak TLS 1.2 at most (renegotiate always does).
 """
 
 import argparse
@@ -354,11 +356,12 @@ def main():
     parser.add_argument("--ping-first", action="store_true")
     parser.add_argument("--stall-after", type=float, default=1.0)
     parser.add_argument("--idle-limit", type=float, default=0.3)
+    parser.add_argument("--tls12", action="store_true")
     args = parser.parse_args()
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
-    if args.mode == "renegotiate":
+    if args.mode == "renegotiate" or args.tls12:
         context.maximum_version = ssl.TLSVersion.TLSv1_2
     elif args.mode == "keyupdate":
         context.minimum_version = ssl.TLSVersion.TLSv1_3

@@ -180,6 +180,12 @@ extension Bridge {
             return
         }
         session = made
+        // The callbacks find the bridge through the `SSL`'s app data (ex-data slot 0, which
+        // OpenSSL keeps for it): the key log and the record count for `TLSRecords`, and a TLS 1.2
+        // edge's HelloRequest.
+        handover = TLSHandover()
+        _ = SSL_set_ex_data(made, 0, opaque)
+        watchMessages(made)
         dialStage = .tls
     }
 
@@ -291,7 +297,7 @@ extension Bridge {
                 }
                 logger.debug("connection \(id): the pinned key \(chain[matched]) is the \(matched == 0 ? "leaf's" : "key of certificate \(matched + 1) of the chain")")
             }
-            if SSL_version(session) < TLS1_3_VERSION { watchRenegotiation(session) }
+            handover?.handshakeFinished()
             dialSent = 0
             headReader = ResponseHeadReader()
             if isSpare {

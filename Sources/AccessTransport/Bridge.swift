@@ -101,6 +101,14 @@ final class Bridge {
     /// Where OpenSSL reads the edge's records from (from the WebSocket's opening on; nil before,
     /// when it reads the socket itself).
     private var source: RecordSource?
+    /// What the bridge's own record layer starts from, gathered during the dial; nil once the
+    /// WebSocket is open.
+    var handover: TLSHandover?
+    /// The record layer once the WebSocket is open, when it is ours (TLS 1.3): `session` is then
+    /// freed, and `cipher` and `source` carry the records.
+    private var records: TLSRecords?
+    /// The TLS stream is there: OpenSSL's session, or our own records.
+    private var tlsOpen: Bool { session != nil || records != nil }
     /// Payload the local socket has not taken yet.
     private var toLocal = ByteQueue()
     private var reader = FrameReader()
@@ -171,7 +179,10 @@ final class Bridge {
         case .closeLocal:
             closeLocalSocket()
         case .tearDownEdge(let closeNotify):
-            if closeNotify, let session {
+            if closeNotify, let records, let cipher {
+                _ = records.sealCloseNotify(into: cipher)
+                if edgeFD >= 0 { _ = cipher.send(to: edgeFD) }
+            } else if closeNotify, let session {
                 ERR_clear_error()
                 _ = SSL_shutdown(session)
                 // The close_notify, if the socket takes it now; the edge is torn down either way.
@@ -221,7 +232,16 @@ final class Bridge {
                 SSL_set0_rbio(session, bio)
                 source = reader
             }
+            // A TLS 1.3 stream's records are ours from here on: OpenSSL's session goes.
+            if cipher != nil, source != nil, let made = handover?.records(for: session) {
+                records = made
+                SSL_free(session)
+                self.session = nil
+                logger.debug("connection \(id): TLS records from here on sealed and opened by the bridge (\(made.suite.name))")
+            }
         }
+        handover?.forget()
+        handover = nil
         logger.debug("connection \(id): WebSocket established")
         let flags = fcntl(localFD, F_GETFL)
         _ = fcntl(localFD, F_SETFL, flags | O_NONBLOCK)
@@ -289,12 +309,12 @@ final class Bridge {
                 advanceDial()
                 return
             }
-            guard session != nil, machine.edgeIsOpen else { return }
+            guard tlsOpen, machine.edgeIsOpen else { return }
             let readable = events & EPOLLIN.rawValue != 0
             let writable = events & EPOLLOUT.rawValue != 0
             // Records made earlier go first: an OpenSSL call waiting for room may need it.
             if writable { sendRecords() }
-            guard session != nil, machine.edgeIsOpen else { break }
+            guard tlsOpen, machine.edgeIsOpen else { break }
             // A call waiting for the other direction goes on first, with the same bytes.
             if writable, readWantsWrite {
                 readWantsWrite = false
@@ -304,7 +324,7 @@ final class Bridge {
                 writeWantsRead = false
                 flushEdge()
             }
-            guard session != nil, machine.edgeIsOpen else { break }
+            guard tlsOpen, machine.edgeIsOpen else { break }
             if writable, !writeWantsRead { flushEdge() }
             if readable && !readWantsWrite || hungUp {
                 if hungUp && machine.edgeReadPaused { apply(.edgeHungUp) } else { readEdge() }
@@ -344,14 +364,14 @@ final class Bridge {
     /// queueing what the TLS stream does not take now. Returns false if the stream failed.
     @discardableResult
     private func sendFrame(opcode: UInt8, payload: UnsafeMutableRawPointer, count: Int) -> Bool {
-        guard let session, machine.edgeIsOpen, !edgeReadFailed else { return false }
+        guard tlsOpen, machine.edgeIsOpen, !edgeReadFailed else { return false }
         let key = loop.random.word()
         let frame = WebSocketFrames.frameInPlace(opcode: opcode, payload: payload, count: count, maskKey: key)
         let bytes = UnsafeRawBufferPointer(start: frame, count: payload + count - frame)
         var offset = 0
         if toOrigin.isEmpty {
             writing: while offset < bytes.count {
-                switch sslWrite(session, bytes.baseAddress! + offset, bytes.count - offset) {
+                switch edgeWrite(bytes.baseAddress! + offset, bytes.count - offset) {
                 case .wrote(let n): offset += n
                 case .full:
                     // Our record buffer is full: send it, and go on if the socket took it all.
@@ -404,6 +424,21 @@ final class Bridge {
         case failed(TunnelEnd)
     }
 
+    /// Writes `count` bytes at `p` to the TLS stream: sealed by our records, or by OpenSSL.
+    private func edgeWrite(_ p: UnsafeRawPointer, _ count: Int) -> WriteResult {
+        if let records, let cipher {
+            switch records.seal(p, count, into: cipher) {
+            case .bytes(0): return .full
+            case .bytes(let n): return .wrote(n)
+            case .failed(let why):
+                logger.debug("connection \(id): writing to the WebSocket failed (\(why))")
+                return .failed(.writeFailed(detail: why))
+            }
+        }
+        guard let session else { return .failed(.writeFailed(detail: "the TLS stream is gone")) }
+        return sslWrite(session, p, count)
+    }
+
     private func sslWrite(_ ssl: OpaquePointer, _ p: UnsafeRawPointer, _ count: Int) -> WriteResult {
         ERR_clear_error()
         let r = SSL_write(ssl, p, Int32(min(count, 1 << 30)))
@@ -447,13 +482,21 @@ final class Bridge {
     }
 
     private func flushEdge() {
-        guard let session else { return }
+        guard tlsOpen else { return }
         // Records already made go first; plaintext waits while the socket holds them back.
         guard sendRecords() else { return }
+        // A KeyUpdate the edge asked for goes before any more of ours.
+        if let records, records.keyUpdateOwed, let cipher {
+            if case .failed(let why) = records.sendKeyUpdate(into: cipher) {
+                apply(.edgeWriteFailed(.writeFailed(detail: why)))
+                return
+            }
+            guard sendRecords() else { return }
+        }
         while !toOrigin.isEmpty, cipher?.isEmpty ?? true {
             var failure: TunnelEnd?
             let sent = toOrigin.consume(upTo: 1 << 20) { chunk in
-                switch sslWrite(session, chunk.baseAddress!, chunk.count) {
+                switch edgeWrite(chunk.baseAddress!, chunk.count) {
                 case .wrote(let n): return n
                 case .full: return 0
                 case .failed(let reason):
@@ -474,6 +517,7 @@ final class Bridge {
     // MARK: Origin → local
 
     private func readEdge() {
+        if let records, let source { return readRecords(records, source) }
         // Reading can make records too (a KeyUpdate's answer, an alert): they leave at once.
         defer { sendRecords() }
         let buffer = loop.rxBuffer
@@ -540,13 +584,75 @@ final class Bridge {
         }
     }
 
-    private func onEdgeBytes(_ bytes: UnsafeRawBufferPointer) {
+    /// Reads the edge's records with our own record layer: each is opened in place in the loop's
+    /// receive buffer, and the payloads of all the records one `recv()` brought go to the local
+    /// side with one `sendmsg()` (before the next `recv()` reuses the buffer).
+    private func readRecords(_ records: TLSRecords, _ source: RecordSource) {
+        // An answer to a KeyUpdate, if the edge asked for one, leaves at once.
+        defer { sendRecords() }
+        defer { source.mayReceive = true }
+        let start = source.received
+        func end(_ why: String) {
+            sendBatchToLocal()
+            edgeReadFailed = true
+            logger.debug("connection \(id): the WebSocket's TLS stream ended (\(why))")
+            apply(.edgeReadEnded(why))
+        }
+        while tlsOpen, machine.readsEdge {
+            // Past the budget, what was already received is still opened, but nothing more is
+            // taken from the socket this time (epoll announces it again).
+            if source.received - start >= 1 << 20 { source.mayReceive = false }
+            var next = source.nextRecord(receive: false)
+            if case .needMore = next {
+                // Receiving reuses the buffer: what was gathered from it goes out first.
+                sendBatchToLocal()
+                guard tlsOpen, machine.readsEdge else { return }
+                next = source.nextRecord(receive: true)
+            }
+            switch next {
+            case .record(let record, let length):
+                let opened = records.open(record, length: length)
+                // The bytes stay where they are until the next receive; the batch is sent first.
+                source.consume(length)
+                switch opened {
+                case .data(let offset, let count):
+                    apply(.heardFromEdge)
+                    onEdgeBytes(UnsafeRawBufferPointer(start: record + offset, count: count), flush: false)
+                case .nothing:
+                    if records.keyUpdateOwed, let cipher, case .failed(let why) = records.sendKeyUpdate(into: cipher) {
+                        sendBatchToLocal()
+                        apply(.edgeWriteFailed(.writeFailed(detail: why)))
+                        return
+                    }
+                case .closed:
+                    return end("TLS closed without a WebSocket Close")
+                case .failed(let why):
+                    return end(why)
+                }
+            case .needMore:
+                continue
+            case .later:
+                break
+            case .endOfStream:
+                return end("the connection ended without a WebSocket Close")
+            case .failed(let code):
+                return end(SystemError(code).description)
+            case .malformed(let what):
+                return end("TLS error: \(what)")
+            }
+            if case .later = next { break }
+        }
+        sendBatchToLocal()
+    }
+
+    private func onEdgeBytes(_ bytes: UnsafeRawBufferPointer, flush: Bool = true) {
         // After a Close or a protocol violation nothing more is parsed; the edge's TLS stream is
         // read until it ends or the Close timer fires.
         guard !machine.readerStopped else { return }
         // The payloads go out together once the pass is over (or the batch is full), and before
-        // anything else the frames say happens, so their order with it stays the wire's.
-        defer { sendBatchToLocal() }
+        // anything else the frames say happens, so their order with it stays the wire's. With our
+        // own records, the pass is the records one `recv()` brought (`readRecords` sends them).
+        defer { if flush { sendBatchToLocal() } }
         reader.feed(bytes) { event in
             if case .data(let payload) = event {
                 // Nobody to deliver to any more after our Close or the local side's end.
@@ -637,25 +743,42 @@ final class Bridge {
         apply(.toLocalFlushed(count: toLocal.count))
     }
 
-    // MARK: Renegotiation
+    // MARK: OpenSSL's callbacks
 
-    /// Watches a TLS 1.2 stream for the edge's HelloRequest, to say once that its request to
-    /// renegotiate was refused (`SSL_OP_NO_RENEGOTIATION` on the carrier's context does the
-    /// refusing). TLS 1.3 has no renegotiation, so its streams carry no callback.
-    func watchRenegotiation(_ ssl: OpaquePointer) {
-        SSL_set_msg_callback(ssl, Self.handshakeMessage)
+    /// Watches the stream's records and handshake messages while OpenSSL reads and writes them:
+    /// each record after the handshake is counted and a KeyUpdate noted (`TLSHandover`), and a TLS
+    /// 1.2 edge's HelloRequest is said once to be refused (`SSL_OP_NO_RENEGOTIATION` on the
+    /// carrier's context does the refusing).
+    func watchMessages(_ ssl: OpaquePointer) {
+        SSL_set_msg_callback(ssl, Self.message)
         _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, opaque)
     }
 
     private var renegotiationRefused = false
 
-    /// OpenSSL's message callback: a HelloRequest read from the edge. The bridge outlives its
-    /// `SSL` (it frees it), so the unretained pointer stays valid while the callback can run.
-    private static let handshakeMessage: @convention(c) (Int32, Int32, Int32, UnsafeRawPointer?, Int, OpaquePointer?,
-                                                         UnsafeMutableRawPointer?) -> Void = { written, _, type, bytes, count, _, bridge in
-        guard written == 0, type == SSL3_RT_HANDSHAKE, count >= 1, let bytes, let bridge,
-              bytes.load(as: UInt8.self) == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
+    /// OpenSSL's key-log callback (the carrier's context): a connection's application traffic
+    /// secrets, for its `TLSHandover`. Secrets are never logged or written.
+    static let keyLog: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?) -> Void = { ssl, line in
+        guard let ssl, let line, let raw = SSL_get_ex_data(ssl, 0) else { return }
+        Unmanaged<Bridge>.fromOpaque(raw).takeUnretainedValue().handover?.take(line: line)
+    }
+
+    /// OpenSSL's message callback. The bridge outlives its `SSL` (it frees it), so the unretained
+    /// pointer stays valid while the callback can run.
+    private static let message: @convention(c) (Int32, Int32, Int32, UnsafeRawPointer?, Int, OpaquePointer?,
+                                                UnsafeMutableRawPointer?) -> Void = { written, _, type, bytes, count, _, bridge in
+        guard let bridge else { return }
         let owner = Unmanaged<Bridge>.fromOpaque(bridge).takeUnretainedValue()
+        if type == SSL3_RT_HEADER {
+            if let handover = owner.handover, handover.counting {
+                if written != 0 { handover.recordsWritten += 1 } else { handover.recordsRead += 1 }
+            }
+            return
+        }
+        guard type == SSL3_RT_HANDSHAKE, count >= 1, let bytes else { return }
+        let kind = bytes.load(as: UInt8.self)
+        if kind == UInt8(SSL3_MT_KEY_UPDATE), owner.handover?.counting == true { owner.handover?.keyUpdateSeen = true }
+        guard written == 0, kind == UInt8(SSL3_MT_HELLO_REQUEST) else { return }
         guard !owner.renegotiationRefused else { return }
         owner.renegotiationRefused = true
         owner.logger.warning("connection \(owner.id): the edge asked to renegotiate TLS, which an Access edge never does; refused (no_renegotiation), the tunnel goes on")
@@ -675,7 +798,7 @@ final class Bridge {
                 loop.modify(fd: localFD, tag: tag(.local), events: want)
             }
         }
-        if session != nil, machine.edgeIsOpen, edgeFD >= 0 {
+        if tlsOpen, machine.edgeIsOpen, edgeFD >= 0 {
             // Each direction waits for what OpenSSL needs to go on, not for its own readiness.
             var want: UInt32 = 0
             if machine.readsEdge {
@@ -750,6 +873,8 @@ final class Bridge {
     func releaseSession() {
         if let session { SSL_free(session) }
         session = nil
+        records = nil
+        handover = nil
         cipher?.reset()
         source?.reset()
     }

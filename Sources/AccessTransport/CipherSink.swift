@@ -50,6 +50,33 @@ final class CipherSink: LoopBufferTenant {
         return true
     }
 
+    /// Room for `length` bytes of records at the end of the loop's buffer, sealed there by
+    /// `TLSRecords` and then `commit`ted; nil while records wait in the queue (they go first) or
+    /// the buffer has no such room.
+    func reserve(_ length: Int) -> UnsafeMutableRawPointer? {
+        guard queue.isEmpty else { return nil }
+        scratch.claim(for: self)
+        guard scratch.end + length <= scratch.capacity else { return nil }
+        return scratch.bytes + scratch.end
+    }
+
+    /// `length` bytes sealed into the room `reserve` gave are records to send.
+    func commit(_ length: Int) {
+        scratch.end += length
+    }
+
+    /// Whether `append` takes `length` bytes now.
+    func canAppend(_ length: Int) -> Bool {
+        if !queue.isEmpty { return queue.count < Self.queueLimit }
+        return scratch.owner === self ? scratch.end + length <= scratch.capacity : length <= scratch.capacity
+    }
+
+    /// Takes a small record made elsewhere (a KeyUpdate's answer, a close_notify) after every
+    /// record before it; false when it cannot now (`canAppend`).
+    func append(_ record: UnsafeRawBufferPointer) -> Bool {
+        take(record.baseAddress!, record.count)
+    }
+
     /// Moves this sink's records out of the scratch buffer into its own queue.
     func park() {
         queue.append(scratch.held(by: self))

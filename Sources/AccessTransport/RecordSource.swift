@@ -85,6 +85,89 @@ final class RecordSource: LoopBufferTenant {
         return .bytes(n)
     }
 
+    /// What the next record of the stream is, for a bridge whose records are ours (`TLSRecords`).
+    enum NextRecord {
+        /// A whole record (header included) at this place in the loop's buffer, ours to open in
+        /// place; `consume` it once what it carried is sent on.
+        case record(UnsafeMutableRawPointer, length: Int)
+        /// The bytes here end inside a record: receiving comes next.
+        case needMore
+        /// Nothing now: epoll says when the socket has more (or reading is paused).
+        case later
+        /// The edge closed the connection; `midRecord`: inside a record.
+        case endOfStream(midRecord: Bool)
+        /// The socket failed with this errno.
+        case failed(Int32)
+        /// Bytes that cannot be a TLS 1.3 record's header.
+        case malformed(String)
+    }
+
+    /// The next whole record; with `receive`, one `recv()` first when none is here. Receiving
+    /// moves the start of an unfinished record to the buffer's start, so it must wait until
+    /// nothing points into the buffer any more (the bridge has sent what it gathered from it).
+    func nextRecord(receive: Bool) -> NextRecord {
+        if !parked.isEmpty { unpark() }
+        let held = scratch.count(of: self)
+        if held >= TLSRecords.headerLength {
+            switch TLSRecords.recordLength(header: scratch.bytes + scratch.start) {
+            case .failure(let failure):
+                return .malformed(failure.detail)
+            case .success(let length):
+                if held >= TLSRecords.headerLength + length {
+                    return .record(scratch.bytes + scratch.start, length: TLSRecords.headerLength + length)
+                }
+            }
+        }
+        guard receive else { return .needMore }
+        guard mayReceive else { return .later }
+        scratch.claim(for: self)
+        if held > 0, scratch.start > 0 {
+            memmove(scratch.bytes, scratch.bytes + scratch.start, held)
+        }
+        scratch.start = 0
+        scratch.end = held
+        var n = 0
+        repeat {
+            n = Glibc.recv(fd, scratch.bytes + held, scratch.capacity - held, 0)
+        } while n < 0 && errno == EINTR
+        if n <= 0 {
+            let code = errno
+            if held == 0 { scratch.release(from: self) }
+            if n == 0 { return .endOfStream(midRecord: held > 0) }
+            return code == EAGAIN || code == EWOULDBLOCK ? .later : .failed(code)
+        }
+        scratch.end = held + n
+        received += n
+        return nextRecord(receive: false)
+    }
+
+    /// Bytes taken from the socket by `nextRecord` (the bridge's read budget counts them).
+    private(set) var received = 0
+
+    /// The record `nextRecord` gave is done with.
+    func consume(_ length: Int) {
+        scratch.start += length
+        if scratch.start >= scratch.end { scratch.release(from: self) }
+    }
+
+    /// Parked bytes back into the loop's buffer (they fit: they came from it).
+    private func unpark() {
+        scratch.claim(for: self)
+        let held = scratch.count(of: self)
+        if held > 0, scratch.start > 0 { memmove(scratch.bytes, scratch.bytes + scratch.start, held) }
+        scratch.start = 0
+        scratch.end = held
+        while !parked.isEmpty {
+            let room = scratch.capacity - scratch.end
+            guard room > 0 else { break }
+            _ = parked.consume(upTo: room) { chunk in
+                (scratch.bytes + scratch.end).copyMemory(from: chunk.baseAddress!, byteCount: chunk.count)
+                scratch.end += chunk.count
+                return chunk.count
+            }
+        }
+    }
+
     /// A BIO that reads through this source, to be given to `SSL_set0_rbio`; nil if OpenSSL refused.
     func makeBIO() -> OpaquePointer? { CarrierBIO.make(Self.method, serving: self) }
 

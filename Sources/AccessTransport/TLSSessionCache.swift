@@ -54,6 +54,9 @@ final class TLSClientContext {
         }
         _ = Self.alpn.withUnsafeBufferPointer { SSL_CTX_set_alpn_protos(made, $0.baseAddress, UInt32($0.count)) }
         SSL_CTX_set_verify(made, SSL_VERIFY_PEER, TLSSessionCache.verifyCertificate)
+        // The application traffic secrets go to the connection's `TLSHandover` (its records after
+        // the upgrade are ours: `TLSRecords`), and nowhere else.
+        SSL_CTX_set_keylog_callback(made, Bridge.keyLog)
         guard TLSSessionCache.install(on: made, acceptsUnverified: acceptsUnverified) else {
             throw .internalError("OpenSSL refused the TLS session hooks")
         }

@@ -1,0 +1,446 @@
+internal import CCFOpenSSL
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// TLS 1.3's record protection for a bridge once its WebSocket is open (issue 27 point 1;
+/// reference/DECISIONS.md, "TLS 1.3 records after the upgrade are ours").
+///
+/// OpenSSL makes the handshake and reads and writes every record up to the 101. From then on the
+/// bridge seals and opens the records itself with OpenSSL's AEAD (EVP), with the traffic secrets
+/// OpenSSL reported through the context's key-log callback and the record counts its message
+/// callback saw. An edge's record is opened in place in the loop's receive buffer and its payload
+/// goes to the local socket from there; a frame from the local side is sealed straight into the
+/// loop's send buffer. OpenSSL's record layer copies every byte twice more (into and out of its
+/// own buffers).
+///
+/// What RFC 8446 asks of a record layer after the handshake is here: one nonce per record (the
+/// IV xored with the record's number), the record header as associated data, the inner content
+/// type and its zero padding, the size limits (`record_overflow`), a KeyUpdate in either
+/// direction (`traffic upd`), answered once before the next record of ours when the edge asks for
+/// it, alerts (close_notify ends the stream, any other ends it with the alert's name), and
+/// NewSessionTicket, which is skipped (the tickets that count came before the 101, where OpenSSL
+/// still read them).
+final class TLSRecords {
+    /// The three TLS 1.3 cipher suites (RFC 8446 §B.4), by their code point.
+    enum Suite: UInt16 {
+        case aes128GCM = 0x1301
+        case aes256GCM = 0x1302
+        case chacha20Poly1305 = 0x1303
+
+        var cipher: OpaquePointer? {
+            switch self {
+            case .aes128GCM: EVP_aes_128_gcm()
+            case .aes256GCM: EVP_aes_256_gcm()
+            case .chacha20Poly1305: EVP_chacha20_poly1305()
+            }
+        }
+
+        var keyLength: Int { self == .aes128GCM ? 16 : 32 }
+
+        /// Its name in RFC 8446 (and OpenSSL's).
+        var name: String {
+            switch self {
+            case .aes128GCM: "TLS_AES_128_GCM_SHA256"
+            case .aes256GCM: "TLS_AES_256_GCM_SHA384"
+            case .chacha20Poly1305: "TLS_CHACHA20_POLY1305_SHA256"
+            }
+        }
+
+        var digest: OpaquePointer? { self == .aes256GCM ? EVP_sha384() : EVP_sha256() }
+    }
+
+    /// The largest content of a record (RFC 8446 §5.1), and the largest ciphertext (§5.2).
+    static let maxContent = 1 << 14
+    static let maxCiphertext = (1 << 14) + 256
+    static let headerLength = 5
+    static let tagLength = 16
+    /// The room one sealed record of `count` content bytes takes.
+    static func sealedLength(_ count: Int) -> Int { headerLength + count + 1 + tagLength }
+
+    static let typeAlert: UInt8 = 21
+    static let typeHandshake: UInt8 = 22
+    static let typeApplicationData: UInt8 = 23
+    private static let keyUpdate: UInt8 = 24
+    private static let newSessionTicket: UInt8 = 4
+
+    /// One direction: its cipher context, secret, IV and the next record's number.
+    private final class Direction {
+        let context: OpaquePointer
+        let suite: Suite
+        let sealing: Bool
+        private var secret: [UInt8]
+        private var iv = [UInt8](repeating: 0, count: 12)
+        var sequence: UInt64
+
+        init?(suite: Suite, secret: [UInt8], sequence: UInt64, sealing: Bool) {
+            guard let context = EVP_CIPHER_CTX_new() else { return nil }
+            self.context = context
+            self.suite = suite
+            self.sealing = sealing
+            self.secret = secret
+            self.sequence = sequence
+            guard rekey() else { return nil }
+        }
+
+        deinit {
+            EVP_CIPHER_CTX_free(context)
+            secret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+            iv.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        }
+
+        /// Key and IV from the current secret (RFC 8446 §7.3); the next record is number 0
+        /// after a KeyUpdate, or `sequence` as given at the start.
+        private func rekey() -> Bool {
+            guard var key = TLSRecords.expandLabel(secret, "key", length: suite.keyLength, suite: suite),
+                  let newIV = TLSRecords.expandLabel(secret, "iv", length: 12, suite: suite) else { return false }
+            defer { key.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
+            iv = newIV
+            return EVP_CipherInit_ex(context, suite.cipher, nil, key, nil, sealing ? 1 : 0) == 1
+        }
+
+        /// The next secret (RFC 8446 §7.2), its key and IV, and record number 0.
+        func update() -> Bool {
+            guard let next = TLSRecords.expandLabel(secret, "traffic upd", length: secret.count, suite: suite) else { return false }
+            secret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+            secret = next
+            sequence = 0
+            return rekey()
+        }
+
+        /// Starts the next record: its nonce, and its header as associated data.
+        func begin(header: UnsafeRawPointer) -> Bool {
+            guard sequence < UInt64.max else { return false }
+            var nonce = iv
+            for i in 0..<8 { nonce[11 - i] ^= UInt8(truncatingIfNeeded: sequence >> (8 * UInt64(i))) }
+            var length: Int32 = 0
+            return EVP_CipherInit_ex(context, nil, nil, nil, nonce, -1) == 1
+                && EVP_CipherUpdate(context, nil, &length, header.assumingMemoryBound(to: UInt8.self), Int32(TLSRecords.headerLength)) == 1
+        }
+
+        /// Seals or opens `count` bytes from `input` to `output` (the same place is allowed).
+        func update(_ output: UnsafeMutableRawPointer, _ input: UnsafeRawPointer, _ count: Int) -> Bool {
+            var length: Int32 = 0
+            return EVP_CipherUpdate(context, output.assumingMemoryBound(to: UInt8.self), &length,
+                                    input.assumingMemoryBound(to: UInt8.self), Int32(count)) == 1 && Int(length) == count
+        }
+
+        /// Ends a sealed record: its tag at `tag`.
+        func finishSealing(tag: UnsafeMutableRawPointer) -> Bool {
+            var length: Int32 = 0
+            var scratch: UInt8 = 0
+            guard EVP_CipherFinal_ex(context, &scratch, &length) == 1,
+                  EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_GET_TAG, Int32(TLSRecords.tagLength), tag) == 1 else { return false }
+            sequence += 1
+            return true
+        }
+
+        /// Ends an opened record: true when `tag` proves it came whole from the edge.
+        func finishOpening(tag: UnsafeMutableRawPointer) -> Bool {
+            var length: Int32 = 0
+            var scratch: UInt8 = 0
+            guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_SET_TAG, Int32(TLSRecords.tagLength), tag) == 1,
+                  EVP_CipherFinal_ex(context, &scratch, &length) == 1 else { return false }
+            sequence += 1
+            return true
+        }
+    }
+
+    private let reading: Direction
+    private let writing: Direction
+    let suite: Suite
+    /// The edge asked for a KeyUpdate of ours: it goes before our next record.
+    private(set) var keyUpdateOwed = false
+    /// Handshake bytes of a message not complete yet (a message may span records).
+    private var handshakeBytes: [UInt8] = []
+
+    /// The record layer for a connection whose handshake used `suite`, with the client's and the
+    /// server's application traffic secrets, and the number of records each side already sent
+    /// with them. Nil if OpenSSL refused a cipher context.
+    init?(suite: Suite, clientSecret: [UInt8], serverSecret: [UInt8], recordsWritten: UInt64, recordsRead: UInt64) {
+        guard let writing = Direction(suite: suite, secret: clientSecret, sequence: recordsWritten, sealing: true),
+              let reading = Direction(suite: suite, secret: serverSecret, sequence: recordsRead, sealing: false) else { return nil }
+        self.suite = suite
+        self.writing = writing
+        self.reading = reading
+    }
+
+    // MARK: Sealing
+
+    /// What sealing did.
+    enum Sealed: Equatable {
+        /// This many of the bytes offered are sealed into the sink (0: it has no room now).
+        case bytes(Int)
+        case failed(String)
+    }
+
+    /// Seals up to `count` bytes at `plaintext` of `type` as records into `sink`, as far as its
+    /// buffer has room; the KeyUpdate owed goes first.
+    func seal(_ plaintext: UnsafeRawPointer, _ count: Int, type: UInt8 = typeApplicationData, into sink: CipherSink) -> Sealed {
+        if keyUpdateOwed {
+            switch sendKeyUpdate(into: sink) {
+            case .bytes(0): return .bytes(0)
+            case .failed(let why): return .failed(why)
+            case .bytes: break
+            }
+        }
+        var done = 0
+        while done < count {
+            let chunk = min(Self.maxContent, count - done)
+            let room = Self.sealedLength(chunk)
+            guard let out = sink.reserve(room) else { break }
+            guard sealRecord(plaintext + done, chunk, type: type, at: out) else {
+                return .failed("TLS error: a record could not be sealed")
+            }
+            sink.commit(room)
+            done += chunk
+        }
+        return .bytes(done)
+    }
+
+    /// Seals the KeyUpdate the edge asked for (update_not_requested), then moves our direction to
+    /// its next secret; `.bytes(0)` while the sink cannot take it.
+    func sendKeyUpdate(into sink: CipherSink) -> Sealed {
+        switch sealControl([Self.keyUpdate, 0, 0, 1, 0], type: Self.typeHandshake, into: sink) {
+        case .bytes(0): return .bytes(0)
+        case .failed(let why): return .failed(why)
+        case .bytes(let n):
+            keyUpdateOwed = false
+            guard writing.update() else { return .failed("TLS error: the next traffic key could not be derived") }
+            return .bytes(n)
+        }
+    }
+
+    /// A close_notify alert into `sink`, behind every record already there; false when it cannot
+    /// take it now or sealing failed.
+    func sealCloseNotify(into sink: CipherSink) -> Bool {
+        sealControl([1, 0], type: Self.typeAlert, into: sink) == .bytes(2)
+    }
+
+    /// One record of a few bytes, sealed apart and queued behind the sink's records.
+    private func sealControl(_ content: [UInt8], type: UInt8, into sink: CipherSink) -> Sealed {
+        let room = Self.sealedLength(content.count)
+        guard sink.canAppend(room) else { return .bytes(0) }
+        var record = [UInt8](repeating: 0, count: room)
+        let sealed = record.withUnsafeMutableBytes { out in
+            content.withUnsafeBytes { sealRecord($0.baseAddress!, content.count, type: type, at: out.baseAddress!) }
+        }
+        guard sealed else { return .failed("TLS error: a record could not be sealed") }
+        guard record.withUnsafeBytes({ sink.append($0) }) else { return .failed("TLS error: a record was lost") }
+        return .bytes(content.count)
+    }
+
+    private func sealRecord(_ plaintext: UnsafeRawPointer, _ count: Int, type: UInt8, at out: UnsafeMutableRawPointer) -> Bool {
+        let length = count + 1 + Self.tagLength
+        out.storeBytes(of: Self.typeApplicationData, toByteOffset: 0, as: UInt8.self)
+        out.storeBytes(of: 3, toByteOffset: 1, as: UInt8.self)
+        out.storeBytes(of: 3, toByteOffset: 2, as: UInt8.self)
+        out.storeBytes(of: UInt8(length >> 8), toByteOffset: 3, as: UInt8.self)
+        out.storeBytes(of: UInt8(length & 0xff), toByteOffset: 4, as: UInt8.self)
+        var inner = type
+        let body = out + Self.headerLength
+        return writing.begin(header: out)
+            && writing.update(body, plaintext, count)
+            && withUnsafeBytes(of: &inner) { writing.update(body + count, $0.baseAddress!, 1) }
+            && writing.finishSealing(tag: body + count + 1)
+    }
+
+    // MARK: Opening
+
+    /// What one record of the edge's was.
+    enum Opened: Equatable {
+        /// Application data: `count` bytes at the record's start plus `offset`, in place.
+        case data(offset: Int, count: Int)
+        /// Nothing for the local side (a KeyUpdate, a session ticket, an empty record, a warning).
+        case nothing
+        /// close_notify: the edge's TLS stream ended cleanly.
+        case closed
+        /// The stream is broken: why, in words.
+        case failed(String)
+    }
+
+    /// The length the header at `header` announces (what follows the 5 bytes), or a failure
+    /// when it cannot be a TLS 1.3 record's.
+    static func recordLength(header: UnsafeRawPointer) -> Result<Int, RecordFailure> {
+        let type = header.load(as: UInt8.self)
+        guard type == typeApplicationData else {
+            return .failure(RecordFailure(type == typeAlert || type == typeHandshake || type == 20
+                ? "a TLS record sent without protection after the handshake (type \(type))"
+                : "not a TLS record (type \(type))"))
+        }
+        let length = Int(header.load(fromByteOffset: 3, as: UInt8.self)) << 8 | Int(header.load(fromByteOffset: 4, as: UInt8.self))
+        guard length <= maxCiphertext else { return .failure(RecordFailure("record overflow (\(length) bytes)")) }
+        guard length >= 1 + tagLength else { return .failure(RecordFailure("a record too short to be protected (\(length) bytes)")) }
+        return .success(length)
+    }
+
+    struct RecordFailure: Error {
+        let detail: String
+        init(_ detail: String) { self.detail = detail }
+    }
+
+    /// Opens, in place, the whole record at `record` (header included; `length` bytes in all,
+    /// as `recordLength` announced) and handles what it carries.
+    func open(_ record: UnsafeMutableRawPointer, length: Int) -> Opened {
+        let body = record + Self.headerLength
+        let sealedCount = length - Self.headerLength - Self.tagLength
+        guard reading.begin(header: record), reading.update(body, body, sealedCount),
+              reading.finishOpening(tag: body + sealedCount) else {
+            return .failed("TLS error: decryption failed or bad record mac")
+        }
+        // The content type is the last byte that is not zero padding (RFC 8446 §5.4).
+        var end = sealedCount
+        while end > 0, body.load(fromByteOffset: end - 1, as: UInt8.self) == 0 { end -= 1 }
+        // Content, type and padding at most 2^14 + 1 bytes (RFC 8446 §5.4).
+        guard sealedCount <= Self.maxContent + 1 else { return .failed("TLS error: record overflow") }
+        guard end > 0 else { return .failed("TLS error: a record with no content type") }
+        let type = body.load(fromByteOffset: end - 1, as: UInt8.self)
+        let count = end - 1
+        switch type {
+        case Self.typeApplicationData:
+            guard handshakeBytes.isEmpty else { return .failed("TLS error: data inside a handshake message") }
+            return count == 0 ? .nothing : .data(offset: Self.headerLength, count: count)
+        case Self.typeHandshake:
+            guard count > 0 else { return .failed("TLS error: an empty handshake record") }
+            return handshake(UnsafeRawBufferPointer(start: body, count: count))
+        case Self.typeAlert:
+            guard count == 2, handshakeBytes.isEmpty else { return .failed("TLS error: a malformed alert") }
+            return alert(level: body.load(as: UInt8.self), description: body.load(fromByteOffset: 1, as: UInt8.self))
+        default:
+            return .failed("TLS error: unexpected message (a record of content type \(type))")
+        }
+    }
+
+    private func alert(level: UInt8, description: UInt8) -> Opened {
+        if description == 0 { return .closed }
+        // user_canceled comes before a close_notify (RFC 8446 §6.1): nothing to do yet.
+        if description == 90 { return .nothing }
+        // OpenSSL's own words for a received alert: its reason code is 1000 + the alert's.
+        let code = UInt(20) << 23 | UInt(1000 + Int(description))
+        if let text = ERR_reason_error_string(code) { return .failed("TLS error: \(String(cString: text))") }
+        return .failed("TLS error: the edge sent alert \(description)")
+    }
+
+    /// Handshake messages after the handshake: KeyUpdate and NewSessionTicket (RFC 8446 §4.6).
+    private func handshake(_ bytes: UnsafeRawBufferPointer) -> Opened {
+        handshakeBytes.append(contentsOf: bytes)
+        while handshakeBytes.count >= 4 {
+            let type = handshakeBytes[0]
+            let length = Int(handshakeBytes[1]) << 16 | Int(handshakeBytes[2]) << 8 | Int(handshakeBytes[3])
+            guard length <= 1 << 16 else { return .failed("TLS error: a handshake message of \(length) bytes") }
+            guard handshakeBytes.count >= 4 + length else { break }
+            switch type {
+            case Self.newSessionTicket:
+                break
+            case Self.keyUpdate:
+                guard length == 1, handshakeBytes[4] <= 1 else { return .failed("TLS error: a malformed KeyUpdate") }
+                // A KeyUpdate must end its record (messages do not span a key change).
+                guard handshakeBytes.count == 5 else { return .failed("TLS error: unexpected message after a KeyUpdate") }
+                guard reading.update() else { return .failed("TLS error: the next traffic key could not be derived") }
+                if handshakeBytes[4] == 1 { keyUpdateOwed = true }
+            default:
+                return .failed("TLS error: unexpected message (handshake message \(type) after the handshake)")
+            }
+            handshakeBytes.removeFirst(4 + length)
+        }
+        if handshakeBytes.isEmpty { handshakeBytes = [] }
+        return .nothing
+    }
+
+    // MARK: Keys
+
+    /// HKDF-Expand-Label(secret, label, "", length) of RFC 8446 §7.1, for a length no longer
+    /// than the hash (one HMAC block, as every use here is).
+    static func expandLabel(_ secret: [UInt8], _ label: String, length: Int, suite: Suite) -> [UInt8]? {
+        let full = Array("tls13 \(label)".utf8)
+        var info: [UInt8] = [UInt8(length >> 8), UInt8(length & 0xff), UInt8(full.count)] + full + [0, 1]
+        defer { info.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
+        var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var outLength: UInt32 = 0
+        guard let digest = suite.digest, length <= Int(EVP_MD_get_size(digest)),
+              HMAC(digest, secret, Int32(secret.count), info, info.count, &out, &outLength) != nil,
+              Int(outLength) >= length else { return nil }
+        let result = Array(out[0..<length])
+        out.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        return result
+    }
+}
+
+/// What a connection's `TLSRecords` start from, gathered while OpenSSL still reads and writes
+/// its records: the application traffic secrets (from the context's key-log callback), how many
+/// records each side sent with them (from the connection's message callback), and whether a
+/// KeyUpdate already moved a side past them, in which case OpenSSL keeps the records.
+final class TLSHandover {
+    private(set) var clientSecret: [UInt8] = []
+    private(set) var serverSecret: [UInt8] = []
+    /// Records read and written since the handshake finished.
+    var recordsRead: UInt64 = 0
+    var recordsWritten: UInt64 = 0
+    /// Counting has started (the handshake finished).
+    var counting = false
+    var keyUpdateSeen = false
+
+    deinit { forget() }
+
+    /// The secrets are cleared.
+    func forget() {
+        clientSecret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        serverSecret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        clientSecret = []
+        serverSecret = []
+    }
+
+    /// Counting starts: every record from now on uses the application traffic secrets.
+    func handshakeFinished() {
+        recordsRead = 0
+        recordsWritten = 0
+        counting = true
+    }
+
+    /// One line of OpenSSL's key log (NSS's format: `LABEL client_random secret`, in hex).
+    func take(line: UnsafePointer<CChar>) {
+        let text = String(cString: line)
+        let fields = text.split(separator: " ")
+        guard fields.count == 3, let secret = Self.bytes(hex: fields[2]) else { return }
+        switch fields[0] {
+        case "CLIENT_TRAFFIC_SECRET_0": clientSecret = secret
+        case "SERVER_TRAFFIC_SECRET_0": serverSecret = secret
+        default: break
+        }
+    }
+
+    private static func bytes(hex: Substring) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0, digits.count <= 2 * Int(EVP_MAX_MD_SIZE) else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(digits.count / 2)
+        var index = 0
+        while index < digits.count {
+            guard let high = nibble(digits[index]), let low = nibble(digits[index + 1]) else { return nil }
+            out.append(high << 4 | low)
+            index += 2
+        }
+        return out
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// The record layer that takes over from OpenSSL on `ssl` once its WebSocket is open; nil
+    /// when OpenSSL keeps it: not TLS 1.3, a suite we do not know, a secret missing, a KeyUpdate
+    /// already seen, or bytes OpenSSL still holds.
+    func records(for ssl: OpaquePointer) -> TLSRecords? {
+        guard counting, !keyUpdateSeen, SSL_version(ssl) == TLS1_3_VERSION, SSL_has_pending(ssl) != 1,
+              let cipher = SSL_get_current_cipher(ssl),
+              let suite = TLSRecords.Suite(rawValue: SSL_CIPHER_get_protocol_id(cipher)),
+              !clientSecret.isEmpty, clientSecret.count == serverSecret.count else { return nil }
+        return TLSRecords(suite: suite, clientSecret: clientSecret, serverSecret: serverSecret,
+                          recordsWritten: recordsWritten, recordsRead: recordsRead)
+    }
+}
