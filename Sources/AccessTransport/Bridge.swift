@@ -327,6 +327,8 @@ final class Bridge {
             guard tlsOpen, machine.edgeIsOpen else { break }
             if writable, !writeWantsRead { flushEdge() }
             if readable && !readWantsWrite || hungUp {
+                // epoll says the socket has bytes (or its end) again.
+                source?.drained = false
                 if hungUp && machine.edgeReadPaused { apply(.edgeHungUp) } else { readEdge() }
             }
         }
@@ -606,7 +608,7 @@ final class Bridge {
             if case .needMore = next {
                 // Receiving reuses the buffer: what was gathered from it goes out first.
                 sendBatchToLocal()
-                guard tlsOpen, machine.readsEdge else { return }
+                guard tlsOpen, machine.readsEdge, !source.drained else { return }
                 next = source.nextRecord(receive: true)
             }
             switch next {

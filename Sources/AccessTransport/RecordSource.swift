@@ -134,12 +134,23 @@ final class RecordSource: LoopBufferTenant {
             let code = errno
             if held == 0 { scratch.release(from: self) }
             if n == 0 { return .endOfStream(midRecord: held > 0) }
-            return code == EAGAIN || code == EWOULDBLOCK ? .later : .failed(code)
+            if code == EAGAIN || code == EWOULDBLOCK {
+                drained = true
+                return .later
+            }
+            return .failed(code)
         }
         scratch.end = held + n
         received += n
+        // Less than there was room for: the socket is empty now, and epoll says when it is not.
+        drained = n < scratch.capacity - held
         return nextRecord(receive: false)
     }
+
+    /// The last `recv()` emptied the socket: receiving again before epoll says so would only
+    /// fail with EAGAIN (a system call for nothing on every round trip). The bridge clears it
+    /// when epoll announces bytes.
+    var drained = false
 
     /// Bytes taken from the socket by `nextRecord` (the bridge's read budget counts them).
     private(set) var received = 0

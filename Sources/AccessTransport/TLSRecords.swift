@@ -28,11 +28,13 @@ final class TLSRecords {
         case aes256GCM = 0x1302
         case chacha20Poly1305 = 0x1303
 
+        /// The AEAD, fetched from OpenSSL's default provider once (an implicit fetch by name on
+        /// every `EVP_CipherInit_ex` costs more than the rest of a connection's key set-up).
         var cipher: OpaquePointer? {
             switch self {
-            case .aes128GCM: EVP_aes_128_gcm()
-            case .aes256GCM: EVP_aes_256_gcm()
-            case .chacha20Poly1305: EVP_chacha20_poly1305()
+            case .aes128GCM: Fetched.aes128GCM
+            case .aes256GCM: Fetched.aes256GCM
+            case .chacha20Poly1305: Fetched.chacha20Poly1305
             }
         }
 
@@ -47,7 +49,17 @@ final class TLSRecords {
             }
         }
 
-        var digest: OpaquePointer? { self == .aes256GCM ? EVP_sha384() : EVP_sha256() }
+        var digest: OpaquePointer? { self == .aes256GCM ? Fetched.sha384 : Fetched.sha256 }
+    }
+
+    /// OpenSSL's algorithms, fetched once and never freed (like the BIO methods); OpenSSL only
+    /// reads them, so every thread may use them.
+    private enum Fetched {
+        nonisolated(unsafe) static let aes128GCM = EVP_CIPHER_fetch(nil, "AES-128-GCM", nil)
+        nonisolated(unsafe) static let aes256GCM = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
+        nonisolated(unsafe) static let chacha20Poly1305 = EVP_CIPHER_fetch(nil, "ChaCha20-Poly1305", nil)
+        nonisolated(unsafe) static let sha256 = EVP_MD_fetch(nil, "SHA256", nil)
+        nonisolated(unsafe) static let sha384 = EVP_MD_fetch(nil, "SHA384", nil)
     }
 
     /// The largest content of a record (RFC 8446 §5.1), and the largest ciphertext (§5.2).
@@ -71,6 +83,8 @@ final class TLSRecords {
         let sealing: Bool
         private var secret: [UInt8]
         private var iv = [UInt8](repeating: 0, count: 12)
+        /// The current record's nonce (kept, so no record allocates one).
+        private var nonce = [UInt8](repeating: 0, count: 12)
         var sequence: UInt64
 
         init?(suite: Suite, secret: [UInt8], sequence: UInt64, sealing: Bool) {
@@ -111,7 +125,7 @@ final class TLSRecords {
         /// Starts the next record: its nonce, and its header as associated data.
         func begin(header: UnsafeRawPointer) -> Bool {
             guard sequence < UInt64.max else { return false }
-            var nonce = iv
+            for i in 0..<12 { nonce[i] = iv[i] }
             for i in 0..<8 { nonce[11 - i] ^= UInt8(truncatingIfNeeded: sequence >> (8 * UInt64(i))) }
             var length: Int32 = 0
             return EVP_CipherInit_ex(context, nil, nil, nil, nonce, -1) == 1
@@ -350,18 +364,36 @@ final class TLSRecords {
     // MARK: Keys
 
     /// HKDF-Expand-Label(secret, label, "", length) of RFC 8446 §7.1, for a length no longer
-    /// than the hash (one HMAC block, as every use here is).
+    /// than the hash (one HMAC block, as every use here is): HMAC(secret, HkdfLabel ‖ 0x01).
     static func expandLabel(_ secret: [UInt8], _ label: String, length: Int, suite: Suite) -> [UInt8]? {
         let full = Array("tls13 \(label)".utf8)
-        var info: [UInt8] = [UInt8(length >> 8), UInt8(length & 0xff), UInt8(full.count)] + full + [0, 1]
-        defer { info.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
-        var out = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var outLength: UInt32 = 0
-        guard let digest = suite.digest, length <= Int(EVP_MD_get_size(digest)),
-              HMAC(digest, secret, Int32(secret.count), info, info.count, &out, &outLength) != nil,
-              Int(outLength) >= length else { return nil }
-        let result = Array(out[0..<length])
-        out.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        let info: [UInt8] = [UInt8(length >> 8), UInt8(length & 0xff), UInt8(full.count)] + full + [0, 1]
+        guard let digest = suite.digest, let mac = hmac(digest, key: secret, info), length <= mac.count else { return nil }
+        return Array(mac[0..<length])
+    }
+
+    /// HMAC (RFC 2104) with a fetched digest: H((K ⊕ opad) ‖ H((K ⊕ ipad) ‖ message)), for a key
+    /// no longer than the digest's block (a traffic secret is the digest's size).
+    static func hmac(_ digest: OpaquePointer, key: [UInt8], _ message: [UInt8]) -> [UInt8]? {
+        let block = Int(EVP_MD_get_block_size(digest))
+        let size = Int(EVP_MD_get_size(digest))
+        guard key.count <= block, size > 0 else { return nil }
+        var inner = [UInt8](repeating: 0x36, count: block)
+        var outer = [UInt8](repeating: 0x5c, count: block)
+        for (i, byte) in key.enumerated() {
+            inner[i] ^= byte
+            outer[i] ^= byte
+        }
+        inner += message
+        var innerHash = [UInt8](repeating: 0, count: size)
+        var result = [UInt8](repeating: 0, count: size)
+        var written: UInt32 = 0
+        guard EVP_Digest(inner, inner.count, &innerHash, &written, digest, nil) == 1, Int(written) == size else { return nil }
+        outer += innerHash
+        guard EVP_Digest(outer, outer.count, &result, &written, digest, nil) == 1, Int(written) == size else { return nil }
+        inner.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        outer.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
+        innerHash.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
         return result
     }
 }
@@ -397,25 +429,26 @@ final class TLSHandover {
         counting = true
     }
 
-    /// One line of OpenSSL's key log (NSS's format: `LABEL client_random secret`, in hex).
+    /// One line of OpenSSL's key log (NSS's format: `LABEL client_random secret`, in hex), read
+    /// byte by byte: it comes on every handshake.
     func take(line: UnsafePointer<CChar>) {
-        let text = String(cString: line)
-        let fields = text.split(separator: " ")
-        guard fields.count == 3, let secret = Self.bytes(hex: fields[2]) else { return }
-        switch fields[0] {
-        case "CLIENT_TRAFFIC_SECRET_0": clientSecret = secret
-        case "SERVER_TRAFFIC_SECRET_0": serverSecret = secret
-        default: break
-        }
+        let length = strlen(line)
+        let bytes = UnsafeRawBufferPointer(start: line, count: length)
+        guard let firstSpace = bytes.firstIndex(of: 0x20) else { return }
+        let label = bytes[..<firstSpace]
+        let isClient = label.elementsEqual("CLIENT_TRAFFIC_SECRET_0".utf8)
+        guard isClient || label.elementsEqual("SERVER_TRAFFIC_SECRET_0".utf8),
+              let lastSpace = bytes.lastIndex(of: 0x20), lastSpace > firstSpace,
+              let secret = Self.bytes(hex: bytes[(lastSpace + 1)...]) else { return }
+        if isClient { clientSecret = secret } else { serverSecret = secret }
     }
 
-    private static func bytes(hex: Substring) -> [UInt8]? {
-        let digits = Array(hex.utf8)
+    private static func bytes(hex digits: Slice<UnsafeRawBufferPointer>) -> [UInt8]? {
         guard digits.count % 2 == 0, digits.count <= 2 * Int(EVP_MAX_MD_SIZE) else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(digits.count / 2)
-        var index = 0
-        while index < digits.count {
+        var index = digits.startIndex
+        while index < digits.endIndex {
             guard let high = nibble(digits[index]), let low = nibble(digits[index + 1]) else { return nil }
             out.append(high << 4 | low)
             index += 2

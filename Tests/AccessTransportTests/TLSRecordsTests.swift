@@ -1,5 +1,6 @@
 @testable import AccessTransport
 import CCFOpenSSL
+import Foundation
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -282,6 +283,19 @@ struct TLSRecordsTests {
         let once = open(other.serverSeals([9]), with: fresh)
         #expect(once.payload == [9])
         #expect(open(good, with: fresh).outcomes == [.failed("TLS error: decryption failed or bad record mac")])
+    }
+
+    @Test("HMAC over a fetched digest: RFC 4231's test case 2 for SHA-256 and SHA-384")
+    func hmacVectors() throws {
+        func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+        let key = Array("Jefe".utf8)
+        let message = Array("what do ya want for nothing?".utf8)
+        let sha256 = try #require(TLSRecords.Suite.aes128GCM.digest)
+        let sha384 = try #require(TLSRecords.Suite.aes256GCM.digest)
+        #expect(try hex(#require(TLSRecords.hmac(sha256, key: key, message)))
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(try hex(#require(TLSRecords.hmac(sha384, key: key, message)))
+                == "af45d2e376484031617f78d2b58a6b1b9c7ef464f5a01b47e42ec3736322445e8e2240ca5e69e2c78b3239ecfab21649")
     }
 
     @Test("headers that cannot be a TLS 1.3 record's are refused before any decryption")
