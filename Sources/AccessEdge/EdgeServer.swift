@@ -204,15 +204,20 @@ final class EdgeServer: Sendable {
     }
 
     /// Connects to a TCP target on `eventLoop` (the WebSocket's loop), with reads off until
-    /// the tunnel is joined.
+    /// the tunnel is joined. An address literal is connected to as it is; only a name goes through
+    /// NIO's resolver, which runs `getaddrinfo` on another thread and comes back to the loop (two
+    /// thread hand-overs in every new tunnel's wait for its 101).
     static func dial(_ target: HostPort, on eventLoop: any EventLoop) -> EventLoopFuture<Channel> {
-        ClientBootstrap(group: eventLoop)
+        let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(.seconds(10))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelOption(.autoRead, value: false)
             .channelOption(.writeBufferWaterMark, value: SocketTuning.waterMarks)
             .channelOption(.recvAllocator, value: SocketTuning.receiveAllocator)
-            .connect(host: target.host, port: target.port)
+        if let literal = try? SocketAddress(ipAddress: target.host, port: target.port) {
+            return bootstrap.connect(to: literal)
+        }
+        return bootstrap.connect(host: target.host, port: target.port)
     }
 }
 
