@@ -20,11 +20,17 @@ let strictSwift: [SwiftSetting] = []
 /// are not, so a module that imports Foundation again fails this link instead of quietly making
 /// the tool four times bigger. lld resolves archives whatever their order on the command line
 /// (gold does not).
+/// `--no-export-dynamic` undoes the static runtime's `-export-dynamic` (nothing looks symbols up in
+/// the executable, and an exported symbol is never garbage-collected), and
+/// `-z pack-relative-relocs` stores the relative relocations as DT_RELR (glibc 2.36, Debian 12's):
+/// together they keep the stripped tool under issue 18.3's 20 MB with swift-crypto's BoringSSL in
+/// it (reference/DECISIONS.md, "The records' AEAD is BoringSSL's").
 /// Unsafe flags are allowed here: SwiftPM checks only the targets of the library products a
 /// dependent package uses, and no library product contains the executable's target.
 let staticSwiftRuntime: [LinkerSetting] = [.unsafeFlags([
     "-static-stdlib", "-use-ld=lld",
     "-lFoundationEssentials", "-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization",
+    "-Xlinker", "--no-export-dynamic", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
 ], .when(platforms: [.linux]))]
 
 let package = Package(
@@ -43,6 +49,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // BoringSSL's AEAD for the records after the upgrade (RecordAEAD): 4.x carries BoringSSL's
+        // VAES AES-GCM; the functions are declared by CCFShim_BoringSSL.h, checked against this
+        // version's headers by scripts/check-c-warnings.
+        .package(url: "https://github.com/apple/swift-crypto", "4.5.2"..<"5.0.0"),
         // `FileDescriptor`, the descriptor type of TunnelStream's escape hatch (SwiftNIO's own
         // dependency, so a NIO user fetches nothing more).
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
@@ -80,6 +90,8 @@ let package = Package(
                     "AccessCore", "CCFShim",
                     "CCFCurl", "CCFOpenSSL", "CCFSodium", "CCFQREncode",
                     .product(name: "Logging", package: "swift-log"),
+                    // Linked for BoringSSL's AEAD only (RecordAEAD; declared in CCFShim).
+                    .product(name: "Crypto", package: "swift-crypto"),
                 ],
                 swiftSettings: strictSwift),
         // The library other tools import.

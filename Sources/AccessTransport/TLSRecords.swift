@@ -7,7 +7,7 @@ import Glibc
 /// reference/DECISIONS.md, "TLS 1.3 records after the upgrade are ours").
 ///
 /// OpenSSL makes the handshake and reads and writes every record up to the 101. From then on the
-/// bridge seals and opens the records itself with OpenSSL's AEAD (EVP), with the traffic secrets
+/// bridge seals and opens the records itself with BoringSSL's AEAD (`RecordAEAD`), with the traffic secrets
 /// OpenSSL reported through the context's key-log callback and the record counts its message
 /// callback saw. An edge's record is opened in place in the loop's receive buffer and its payload
 /// goes to the local socket from there; a frame from the local side is sealed straight into the
@@ -28,17 +28,17 @@ final class TLSRecords {
         case aes256GCM = 0x1302
         case chacha20Poly1305 = 0x1303
 
-        /// The AEAD, fetched from OpenSSL's default provider once (an implicit fetch by name on
-        /// every `EVP_CipherInit_ex` costs more than the rest of a connection's key set-up).
-        var cipher: OpaquePointer? {
+        /// The suite's AEAD (BoringSSL's, `RecordAEAD`: its AES-GCM uses VAES and AVX2 where the
+        /// CPU has them, which OpenSSL 3.0's does not).
+        var algorithm: RecordAEAD.Algorithm {
             switch self {
-            case .aes128GCM: Fetched.aes128GCM
-            case .aes256GCM: Fetched.aes256GCM
-            case .chacha20Poly1305: Fetched.chacha20Poly1305
+            case .aes128GCM: .aes128GCM
+            case .aes256GCM: .aes256GCM
+            case .chacha20Poly1305: .chacha20Poly1305
             }
         }
 
-        var keyLength: Int { self == .aes128GCM ? 16 : 32 }
+        var keyLength: Int { algorithm.keyLength }
 
         /// Its name in RFC 8446 (and OpenSSL's).
         var name: String {
@@ -55,9 +55,6 @@ final class TLSRecords {
     /// OpenSSL's algorithms, fetched once and never freed (like the BIO methods); OpenSSL only
     /// reads them, so every thread may use them.
     private enum Fetched {
-        nonisolated(unsafe) static let aes128GCM = EVP_CIPHER_fetch(nil, "AES-128-GCM", nil)
-        nonisolated(unsafe) static let aes256GCM = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
-        nonisolated(unsafe) static let chacha20Poly1305 = EVP_CIPHER_fetch(nil, "ChaCha20-Poly1305", nil)
         nonisolated(unsafe) static let sha256 = EVP_MD_fetch(nil, "SHA256", nil)
         nonisolated(unsafe) static let sha384 = EVP_MD_fetch(nil, "SHA384", nil)
     }
@@ -76,29 +73,24 @@ final class TLSRecords {
     private static let keyUpdate: UInt8 = 24
     private static let newSessionTicket: UInt8 = 4
 
-    /// One direction: its cipher context, secret, IV and the next record's number.
+    /// One direction: its AEAD context, secret, IV and the next record's number.
     private final class Direction {
-        let context: OpaquePointer
+        private var key: RecordAEAD?
         let suite: Suite
-        let sealing: Bool
         private var secret: [UInt8]
         private var iv = [UInt8](repeating: 0, count: 12)
         /// The current record's nonce (kept, so no record allocates one).
         private var nonce = [UInt8](repeating: 0, count: 12)
         var sequence: UInt64
 
-        init?(suite: Suite, secret: [UInt8], sequence: UInt64, sealing: Bool) {
-            guard let context = EVP_CIPHER_CTX_new() else { return nil }
-            self.context = context
+        init?(suite: Suite, secret: [UInt8], sequence: UInt64) {
             self.suite = suite
-            self.sealing = sealing
             self.secret = secret
             self.sequence = sequence
             guard rekey() else { return nil }
         }
 
         deinit {
-            EVP_CIPHER_CTX_free(context)
             secret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
             iv.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) }
         }
@@ -110,7 +102,8 @@ final class TLSRecords {
                   let newIV = TLSRecords.expandLabel(secret, "iv", length: 12, suite: suite) else { return false }
             defer { key.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
             iv = newIV
-            return EVP_CipherInit_ex(context, suite.cipher, nil, key, nil, sealing ? 1 : 0) == 1
+            self.key = key.withUnsafeBytes { RecordAEAD(suite.algorithm, key: $0) }
+            return self.key != nil
         }
 
         /// The next secret (RFC 8446 §7.2), its key and IV, and record number 0.
@@ -122,39 +115,31 @@ final class TLSRecords {
             return rekey()
         }
 
-        /// Starts the next record: its nonce, and its header as associated data.
-        func begin(header: UnsafeRawPointer) -> Bool {
+        /// The next record's nonce: the IV xored with its number.
+        private func nextNonce() -> Bool {
             guard sequence < UInt64.max else { return false }
             for i in 0..<12 { nonce[i] = iv[i] }
             for i in 0..<8 { nonce[11 - i] ^= UInt8(truncatingIfNeeded: sequence >> (8 * UInt64(i))) }
-            var length: Int32 = 0
-            return EVP_CipherInit_ex(context, nil, nil, nil, nonce, -1) == 1
-                && EVP_CipherUpdate(context, nil, &length, header.assumingMemoryBound(to: UInt8.self), Int32(TLSRecords.headerLength)) == 1
+            return true
         }
 
-        /// Seals or opens `count` bytes from `input` to `output` (the same place is allowed).
-        func update(_ output: UnsafeMutableRawPointer, _ input: UnsafeRawPointer, _ count: Int) -> Bool {
-            var length: Int32 = 0
-            return EVP_CipherUpdate(context, output.assumingMemoryBound(to: UInt8.self), &length,
-                                    input.assumingMemoryBound(to: UInt8.self), Int32(count)) == 1 && Int(length) == count
-        }
-
-        /// Ends a sealed record: its tag at `tag`.
-        func finishSealing(tag: UnsafeMutableRawPointer) -> Bool {
-            var length: Int32 = 0
-            var scratch: UInt8 = 0
-            guard EVP_CipherFinal_ex(context, &scratch, &length) == 1,
-                  EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_GET_TAG, Int32(TLSRecords.tagLength), tag) == 1 else { return false }
+        /// Seals the record whose header is at `header`: `count` bytes from `input` to `output`
+        /// (the same place is allowed), then the inner content type and the tag after them.
+        func seal(header: UnsafeRawPointer, _ output: UnsafeMutableRawPointer, _ input: UnsafeRawPointer, _ count: Int,
+                  type: UInt8) -> Bool {
+            guard let key, nextNonce() else { return false }
+            guard key.seal(nonce: nonce, input: input, count: count, extra: type, ad: header,
+                           adLength: TLSRecords.headerLength, output: output) else { return false }
             sequence += 1
             return true
         }
 
-        /// Ends an opened record: true when `tag` proves it came whole from the edge.
-        func finishOpening(tag: UnsafeMutableRawPointer) -> Bool {
-            var length: Int32 = 0
-            var scratch: UInt8 = 0
-            guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_SET_TAG, Int32(TLSRecords.tagLength), tag) == 1,
-                  EVP_CipherFinal_ex(context, &scratch, &length) == 1 else { return false }
+        /// Opens in place the record whose header is at `header` and whose `count` sealed bytes
+        /// and tag follow at `body`: true when the tag proves it came whole from the edge.
+        func open(header: UnsafeRawPointer, body: UnsafeMutableRawPointer, sealedCount count: Int) -> Bool {
+            guard let key, nextNonce() else { return false }
+            guard key.open(nonce: nonce, bytes: body, count: count + TLSRecords.tagLength, ad: header,
+                           adLength: TLSRecords.headerLength) else { return false }
             sequence += 1
             return true
         }
@@ -170,10 +155,10 @@ final class TLSRecords {
 
     /// The record layer for a connection whose handshake used `suite`, with the client's and the
     /// server's application traffic secrets, and the number of records each side already sent
-    /// with them. Nil if OpenSSL refused a cipher context.
+    /// with them. Nil if a key could not be derived or the AEAD refused it.
     init?(suite: Suite, clientSecret: [UInt8], serverSecret: [UInt8], recordsWritten: UInt64, recordsRead: UInt64) {
-        guard let writing = Direction(suite: suite, secret: clientSecret, sequence: recordsWritten, sealing: true),
-              let reading = Direction(suite: suite, secret: serverSecret, sequence: recordsRead, sealing: false) else { return nil }
+        guard let writing = Direction(suite: suite, secret: clientSecret, sequence: recordsWritten),
+              let reading = Direction(suite: suite, secret: serverSecret, sequence: recordsRead) else { return nil }
         self.suite = suite
         self.writing = writing
         self.reading = reading
@@ -251,12 +236,7 @@ final class TLSRecords {
         out.storeBytes(of: 3, toByteOffset: 2, as: UInt8.self)
         out.storeBytes(of: UInt8(length >> 8), toByteOffset: 3, as: UInt8.self)
         out.storeBytes(of: UInt8(length & 0xff), toByteOffset: 4, as: UInt8.self)
-        var inner = type
-        let body = out + Self.headerLength
-        return writing.begin(header: out)
-            && writing.update(body, plaintext, count)
-            && withUnsafeBytes(of: &inner) { writing.update(body + count, $0.baseAddress!, 1) }
-            && writing.finishSealing(tag: body + count + 1)
+        return writing.seal(header: out, out + Self.headerLength, plaintext, count, type: type)
     }
 
     // MARK: Opening
@@ -298,8 +278,7 @@ final class TLSRecords {
     func open(_ record: UnsafeMutableRawPointer, length: Int) -> Opened {
         let body = record + Self.headerLength
         let sealedCount = length - Self.headerLength - Self.tagLength
-        guard reading.begin(header: record), reading.update(body, body, sealedCount),
-              reading.finishOpening(tag: body + sealedCount) else {
+        guard reading.open(header: record, body: body, sealedCount: sealedCount) else {
             return .failed("TLS error: decryption failed or bad record mac")
         }
         // The content type is the last byte that is not zero padding (RFC 8446 §5.4).

@@ -67,8 +67,9 @@ Measures (each repeated; median [min-max]):
   stdio        one process per connection on pipes, as ssh's ProxyCommand runs it (cf-access-tcp
                without --url, --client-stdio-cmd, `socat -`): 64-byte round trip p50/p99, the
                bulk size down and up: MiB/s, CPU s/GiB of the whole process
-  floor        a C probe (gcc, libssl-dev), one thread, no socket: CPU s/GiB of a copy, masking,
-               AES-128-GCM seal and open straight from EVP, and OpenSSL's SSL_write/SSL_read;
+  floor        two C probes (gcc, libssl-dev), one thread, no socket: CPU s/GiB of a copy, masking,
+               AES-128-GCM seal and open straight from EVP, OpenSSL's SSL_write/SSL_read, and
+               seal and open with BoringSSL's AEAD (the build's own objects, as the records use it);
                with the bulk section's socat figures, the least a TLS WebSocket relay can spend
 Every figure is also given as a ratio to direct TCP and to the socat relay.
 

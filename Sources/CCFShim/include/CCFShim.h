@@ -62,4 +62,7 @@ static inline long CCFShim_sched_getaffinity(void *mask, size_t size) { return s
 extern int _dispatch_get_main_queue_handle_4CF(void);
 static inline int CCFShim_prepare_main_queue_handle(void) { return _dispatch_get_main_queue_handle_4CF(); }
 
+// BoringSSL's AEAD as swift-crypto builds it, for the records after the upgrade (RecordAEAD.swift).
+#include "CCFShim_BoringSSL.h"
+
 #endif
