@@ -76,7 +76,7 @@ struct WebSocketFramesTests {
 
     @Test("client frames: header, mask key and masked payload as RFC 6455 says, for every length class")
     func clientFrames() {
-        for count in [0, 1, 5, 8, 31, 33, 125, 126, 65_535, 65_536, 200_001] {
+        for count in [0, 1, 5, 8, 15, 16, 17, 31, 33, 63, 64, 65, 71, 125, 126, 65_535, 65_536, 200_001] {
             let original = (0..<count).map { UInt8(($0 * 31 + 7) % 256) }
             let room = WebSocketFrames.maxClientHeader
             let buffer = UnsafeMutableRawPointer.allocate(byteCount: room + count, alignment: 1)
