@@ -20,35 +20,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "floor_probe.h"
+
 #define RECORD_PLAIN (16 * 1024)
 #define RECORD_SPAN (5 + RECORD_PLAIN + 1 + 16)
 #define WINDOW_RECORDS 15
 #define WINDOW_PLAIN (WINDOW_RECORDS * RECORD_PLAIN)
 #define WINDOW_SEALED (WINDOW_RECORDS * RECORD_SPAN)
-#define GIB (1024.0 * 1024.0 * 1024.0)
 
 static void fail(const char *what) {
     fprintf(stderr, "aead_floor_probe: %s\n", what);
     exit(1);
-}
-
-static double thread_cpu(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static unsigned char *allocate(size_t n) {
-    unsigned char *p = malloc(n);
-    if (!p) fail("out of memory");
-    memset(p, 0x5a, n);
-    return p;
-}
-
-/* RFC 8446 §5.3: the IV xored with the record's number, big-endian in the last 8 bytes. */
-static void nonce(unsigned char *out, const unsigned char *iv, uint64_t sequence) {
-    memcpy(out, iv, 12);
-    for (int i = 0; i < 8; i++) out[11 - i] ^= (unsigned char)(sequence >> (8 * i));
 }
 
 int main(int argc, char **argv) {
@@ -61,7 +43,7 @@ int main(int argc, char **argv) {
     size_t windows = ((size_t)mib << 20) / WINDOW_PLAIN;
     size_t total = windows * WINDOW_PLAIN;
     unsigned char *plain = allocate(total);
-    for (size_t i = 0; i < total; i++) plain[i] = (unsigned char)(i % 251);
+    pattern(plain, total);
     unsigned char *sealed = allocate(windows * WINDOW_SEALED);
     unsigned char *window = allocate(WINDOW_SEALED);
 

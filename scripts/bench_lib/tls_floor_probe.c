@@ -27,28 +27,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "floor_probe.h"
+
 #define BLOCK (256 * 1024)
 #define RECORD_CONTENT (16 * 1024 + 1)
 #define RECORD_SPAN (5 + RECORD_CONTENT + 16)
-#define GIB (1024.0 * 1024.0 * 1024.0)
 
 static void fail(const char *what) {
     unsigned long e = ERR_get_error();
     fprintf(stderr, "tls_floor_probe: %s%s%s\n", what, e ? ": " : "", e ? ERR_reason_error_string(e) : "");
     exit(1);
-}
-
-static double thread_cpu(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static unsigned char *allocate(size_t n) {
-    unsigned char *p = malloc(n);
-    if (!p) fail("out of memory");
-    memset(p, 0x5a, n); /* touch every page before anything is timed */
-    return p;
 }
 
 /* The records OpenSSL writes go to `scratch` through the sink; the source hands OpenSSL what
@@ -108,15 +96,6 @@ static SSL_CTX *context(const SSL_METHOD *method) {
     SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
     if (SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256") != 1) fail("SSL_CTX_set_ciphersuites");
     return ctx;
-}
-
-static void nonce(unsigned char out[12], const unsigned char iv[12], uint64_t sequence) {
-    memcpy(out, iv, 12);
-    for (int i = 0; i < 8; i++) out[11 - i] ^= (unsigned char)(sequence >> (8 * i));
-}
-
-static void pattern(unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i % 251);
 }
 
 static void mask(unsigned char *p, size_t n, uint32_t key) {
