@@ -19,19 +19,21 @@ package struct LocalPair: Sendable, Equatable {
     package var output: Int32
     /// What the two are called in messages ("cannot write to stdout: …").
     package var names: LocalNames
-    /// What a pipe as the output is grown to hold, if it holds less (0: left as it is). A 64 KiB
-    /// pipe makes the loop wait for its reader every 64 KiB; 256 KiB, the size of the edge's
-    /// frames, nearly doubles a fast reader's download (reference/perf.md, session 18). The kernel
-    /// refuses it (EPERM, then the pipe stays as it was) once the user's pipes hold their soft limit
-    /// (`/proc/sys/fs/pipe-user-pages-soft`).
-    package var outputPipeBytes: Int32
+    /// What a pipe on either side is grown to hold, if it holds less (0: left as they are). A
+    /// 64 KiB pipe as the output makes the loop wait for its reader every 64 KiB; 256 KiB, the size
+    /// of the edge's frames, nearly doubles a fast reader's download (reference/perf.md, session
+    /// 18). A 64 KiB pipe as the input gives the loop at most 64 KiB a read, so a quarter of the
+    /// largest frame, and four times the frames, reads and sends per byte uploaded (session 20).
+    /// The kernel refuses it (EPERM, then the pipe stays as it was) once the user's pipes hold
+    /// their soft limit (`/proc/sys/fs/pipe-user-pages-soft`).
+    package var pipeBytes: Int32
 
     package init(input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO,
-                 names: LocalNames = LocalNames(input: "stdin", output: "stdout"), outputPipeBytes: Int32 = 256 << 10) {
+                 names: LocalNames = LocalNames(input: "stdin", output: "stdout"), pipeBytes: Int32 = 256 << 10) {
         self.input = input
         self.output = output
         self.names = names
-        self.outputPipeBytes = outputPipeBytes
+        self.pipeBytes = pipeBytes
     }
 
     /// Whether the loop can serve these two: each a pipe or a socket. epoll refuses regular
@@ -49,10 +51,11 @@ package struct LocalPair: Sendable, Equatable {
         return kind == S_IFIFO || kind == S_IFSOCK
     }
 
-    /// Close-on-exec duplicates of both, for one dial (the loop closes them); a pipe as the
-    /// output grown to `outputPipeBytes` first.
+    /// Close-on-exec duplicates of both, for one dial (the loop closes them); a pipe on either
+    /// side grown to `pipeBytes` first.
     package func duplicated() throws(TunnelFailure) -> LocalPair {
-        growOutputPipe()
+        grow(input)
+        grow(output)
         let input = fcntl(self.input, F_DUPFD_CLOEXEC, 3)
         guard input >= 0 else { throw Self.duplicateFailure(names.input) }
         let output = fcntl(self.output, F_DUPFD_CLOEXEC, 3)
@@ -61,7 +64,7 @@ package struct LocalPair: Sendable, Equatable {
             Glibc.close(input)
             throw failure
         }
-        return LocalPair(input: input, output: output, names: names, outputPipeBytes: outputPipeBytes)
+        return LocalPair(input: input, output: output, names: names, pipeBytes: pipeBytes)
     }
 
     /// `F_GETPIPE_SZ` and `F_SETPIPE_SZ` (Linux, `F_LINUX_SPECIFIC_BASE` + 8 and + 7), which Glibc's
@@ -69,12 +72,12 @@ package struct LocalPair: Sendable, Equatable {
     private static let getPipeSize: Int32 = 1032
     private static let setPipeSize: Int32 = 1031
 
-    /// Grows a pipe as the output to `outputPipeBytes`; never shrinks one, and a socket (which
-    /// has no pipe size) is left alone.
-    private func growOutputPipe() {
-        guard outputPipeBytes > 0 else { return }
-        let current = fcntl(output, Self.getPipeSize)
-        if current > 0, current < outputPipeBytes { _ = fcntl(output, Self.setPipeSize, outputPipeBytes) }
+    /// Grows `fd`, when it is a pipe, to `pipeBytes`; never shrinks one, and a socket (which has
+    /// no pipe size) is left alone.
+    private func grow(_ fd: Int32) {
+        guard pipeBytes > 0 else { return }
+        let current = fcntl(fd, Self.getPipeSize)
+        if current > 0, current < pipeBytes { _ = fcntl(fd, Self.setPipeSize, pipeBytes) }
     }
 
     private static func duplicateFailure(_ name: String) -> TunnelFailure {

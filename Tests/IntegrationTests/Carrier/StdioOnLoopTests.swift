@@ -47,11 +47,29 @@ struct StdioOnLoopTests {
             back += chunk[..<n]
             usleep(2_000)
         }
-        // The carrier grows the pipe before its dial (`LocalPair.outputPipeBytes`).
+        // The carrier grows the pipe before its dial (`LocalPair.pipeBytes`).
         #expect(fcntl(run.stdout, getPipeSize) == 256 << 10)
         back += try readAll(run.stdout, expecting: count - back.count, timeout: 120)
         close(run.stdout)
         close(run.stdin)
+        #expect(back.count == count, "stderr: \(child.stderrText)")
+        #expect(firstPatternMismatch(back) == nil)
+        #expect(try child.waitForExit(timeout: 30) == 0, "\(child.stderrText)")
+    }
+
+    @Test("stdin's pipe grown to 256 KiB; 24 MiB uploaded from a 4 KiB pipe come back whole and in order")
+    func stdinPipeGrown() throws {
+        let run = try StdioRun(.echo, extra: ["--half-close-linger", "1"], stdinPipeBytes: 4096)
+        let child = run.child
+        let count = 24 << 20
+        let writer = PatternWriter(fd: run.stdin, count: count, closeWhenDone: true)
+        let first = try readAll(run.stdout, expecting: 1 << 20, timeout: 60)
+        // The carrier grows both pipes before its dial (`LocalPair.pipeBytes`); the writer still
+        // holds its end.
+        #expect(fcntl(run.stdin, getPipeSize) == 256 << 10)
+        let back = try first + readAll(run.stdout, expecting: count - first.count, timeout: 120)
+        close(run.stdout)
+        #expect(writer.wait() == count)
         #expect(back.count == count, "stderr: \(child.stderrText)")
         #expect(firstPatternMismatch(back) == nil)
         #expect(try child.waitForExit(timeout: 30) == 0, "\(child.stderrText)")
@@ -243,11 +261,13 @@ private struct StdioRun {
     /// The read end of the child's stdout.
     let stdout: Int32
 
-    /// `stdoutPipeBytes`: the size the stdout pipe is made before the child starts.
-    init(_ mode: TargetFixture.Mode, bytes: Int? = nil, extra: [String] = [], stdoutPipeBytes: Int32? = nil) throws {
+    /// `stdinPipeBytes`, `stdoutPipeBytes`: the sizes the pipes are made before the child starts.
+    init(_ mode: TargetFixture.Mode, bytes: Int? = nil, extra: [String] = [], stdinPipeBytes: Int32? = nil,
+         stdoutPipeBytes: Int32? = nil) throws {
         target = try TargetFixture(mode, bytes: bytes)
         edge = try EdgeFixture(certs: try certs(), target: target.address, serviceTokens: [(testTokenID, testTokenSecret)])
         let input = try makePipe(), output = try makePipe()
+        if let stdinPipeBytes { _ = fcntl(input.write, setPipeSize, stdinPipeBytes) }
         if let stdoutPipeBytes { _ = fcntl(output.write, setPipeSize, stdoutPipeBytes) }
         child = try StdioChild(try clientArguments(edge: edge, extra: extra), stdin: input.read, stdout: output.write)
         close(input.read)
