@@ -304,6 +304,7 @@ extension Bridge {
                 dialStage = .parked
                 dialDeadline = Self.now() + loop.spareLifetimeNanoseconds
                 rearmTimer()
+                loop.spareParked(self)
                 logger.debug("spare connection: TLS open; it waits \(loop.spareLifetimeText) for the next local connection")
                 return .next
             }

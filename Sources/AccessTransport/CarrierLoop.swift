@@ -96,6 +96,9 @@ package final class CarrierLoop: @unchecked Sendable {
     /// Where the next spare goes, once the loop has nothing else to do (set when a connection has
     /// delivered its first bytes).
     private var spareWanted: EdgeRoute?
+    /// The spare's TLS is open (it is parked), for the pool's choice of a loop from other threads:
+    /// a connection given to this loop would need only its upgrade's round trip.
+    private let spareReady = LockedBox(false)
     private var sparesMade = 0
     /// How long a spare stays parked, in nanoseconds (0: no spare).
     let spareLifetimeNanoseconds: UInt64
@@ -345,6 +348,7 @@ package final class CarrierLoop: @unchecked Sendable {
     private func startBridge(id: Int, fd: Int32, output: Int32, names: LocalNames, route: EdgeRoute, handshake: Handshake) {
         if let spare {
             self.spare = nil
+            spareReady.withLock { $0 = false }
             if spare.route == route {
                 bridges.removeValue(forKey: spare.id)
                 spare.rekey(to: id)
@@ -378,10 +382,22 @@ package final class CarrierLoop: @unchecked Sendable {
         made.dial(route: route)
     }
 
+    /// The spare's TLS is open: the next connection needs only its upgrade's round trip.
+    func spareParked(_ bridge: Bridge) {
+        if spare === bridge { spareReady.withLock { $0 = true } }
+    }
+
+    /// Whether this loop holds a spare whose TLS is open (a hint: it may be taken or dropped the
+    /// moment after).
+    var hasParkedSpare: Bool { spareReady.withLock { $0 } }
+
     /// A spare was dropped (expired, closed by the edge, or the loop stops).
     func spareGone(_ bridge: Bridge) {
         bridges.removeValue(forKey: bridge.id)
-        if spare === bridge { spare = nil }
+        if spare === bridge {
+            spare = nil
+            spareReady.withLock { $0 = false }
+        }
         timerOwnerLeft(bridge.id)
     }
 

@@ -6,11 +6,12 @@ import Logging
 /// listener's connections: a listener serving many connections uses every core.
 ///
 /// Loops are started as they are needed, not up front: a connection goes to the loop with the
-/// fewest open bridges, and a new loop is started only when every running loop carries at least
-/// one and the maximum is not reached. A single connection (stdio mode, an SSH client's one
-/// session) so never costs more than one thread. The loops share their bridge ids (one id names
-/// one connection of the pool) and their TLS client context (one CA store in memory, and a session
-/// that one loop got resumes on every other).
+/// fewest open bridges (of those, one whose spare connection is parked, so that the connection
+/// does not wait for what is left of a spare's TLS handshake), and a new loop is started only
+/// when every running loop carries at least one and the maximum is not reached. A single
+/// connection (stdio mode, an SSH client's one session) so never costs more than one thread. The
+/// loops share their bridge ids (one id names one connection of the pool) and their TLS client
+/// context (one CA store in memory, and a session that one loop got resumes on every other).
 package final class CarrierPool: Sendable {
     private let configuration: CarrierConfiguration
     private let logger: Logger
@@ -74,12 +75,18 @@ package final class CarrierPool: Sendable {
         }
     }
 
+    /// The loop with the fewest open bridges; of equals, the first whose spare is parked (its TLS
+    /// open), so the connection waits only for its upgrade's round trip. A new loop when every
+    /// running one carries a bridge and the maximum is not reached.
     private func choose(_ running: inout [CarrierLoop]) -> CarrierLoop {
         var best = running[0]
         var bestLoad = best.activeBridges
-        for loop in running.dropFirst() where bestLoad > 0 {
+        var bestReady = best.hasParkedSpare
+        for loop in running.dropFirst() where bestLoad > 0 || !bestReady {
             let load = loop.activeBridges
-            if load < bestLoad { (best, bestLoad) = (loop, load) }
+            guard load <= bestLoad else { continue }
+            let ready = loop.hasParkedSpare
+            if load < bestLoad || (ready && !bestReady) { (best, bestLoad, bestReady) = (loop, load, ready) }
         }
         guard bestLoad > 0, running.count < maxLoops else { return best }
         let added = makeLoop()

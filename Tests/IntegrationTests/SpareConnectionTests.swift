@@ -68,6 +68,46 @@ struct SpareConnectionTests {
         #expect(!listener.process.stderrText.contains("connection 28147"), "a spare's own id never shows")
     }
 
+    @Test("two loops: a new connection goes to the idle loop whose spare is parked, not to the first idle loop without one")
+    func connectionGoesToTheLoopWithAParkedSpare() throws {
+        let target = try TargetFixture(.echo)
+        let edge = try EdgeFixture(certs: try certs(), target: target.address, serviceTokens: [(testTokenID, testTokenSecret)])
+        let listener = try ListenerProcess(arguments: try clientArguments(
+            edge: edge, extra: ["--threads", "2", "--half-close-linger", "0", "--loglevel", "debug"]))
+        defer { listener.stop() }
+        let process = listener.process
+        func count(_ text: String) -> Int { process.stderrText.components(separatedBy: text).count - 1 }
+        let taken = "on a spare connection to the edge (TLS open)"
+        // Connection 1 on loop 1; connection 2, while 1 is open, starts loop 2. Each has carried
+        // bytes, so each loop parks a spare.
+        let first = try ClientSocket(port: listener.port)
+        try first.send(Array("one\n".utf8))
+        _ = try first.receive(count: 4) { _ in }
+        let second = try ClientSocket(port: listener.port)
+        try second.send(Array("two\n".utf8))
+        _ = try second.receive(count: 4) { _ in }
+        #expect(eventually(30) { count("spare connection: TLS open") == 2 }, "log: \(process.stderrText)")
+        #expect(process.stderrText.contains("carrier loop 2 of at most 2 started"))
+        shutdown(first.fd, Int32(SHUT_WR))
+        shutdown(second.fd, Int32(SHUT_WR))
+        #expect(first.readToEnd(timeout: 30).end == 0)
+        #expect(second.readToEnd(timeout: 30).end == 0)
+        try process.waitForStderr(containing: "connection 1 ended", timeout: 30)
+        try process.waitForStderr(containing: "connection 2 ended", timeout: 30)
+        // Connection 3 (both loops idle, both spares parked) takes loop 1's and carries no byte, so
+        // loop 1 dials no spare after it.
+        let third = try ClientSocket(port: listener.port)
+        shutdown(third.fd, Int32(SHUT_WR))
+        let thirdEnd = third.readToEnd(timeout: 30)
+        #expect(thirdEnd.bytes.isEmpty && thirdEnd.end == 0)
+        try process.waitForStderr(containing: "connection 3 ended", timeout: 30)
+        #expect(count(taken) == 1, "log: \(process.stderrText)")
+        usleep(200_000)   // the loop forgets connection 3 just after it logs its end
+        // Connection 4: both loops idle, loop 1 with no spare, loop 2 with its parked one.
+        #expect(try echoesLine(port: listener.port, "four, on loop 2's spare"))
+        #expect(count(taken) == 2, "the fourth connection dialled anew instead of taking loop 2's spare: \(process.stderrText)")
+    }
+
     @Test("a spare nobody takes is closed after --spare-lifetime, and none follows until a connection opens again")
     func spareExpires() throws {
         let target = try TargetFixture(.echo)
